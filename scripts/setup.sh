@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One command from a fresh clone: a .venv with the pinned requirements (torch 2.13.0 CPU, no
+# torchvision), Debian's chromium for the browser test when we may install it, then the main job:
+# anonymize every face of the bundled group photo, offline.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+
+if [ ! -x .venv/bin/python ]; then
+  "$PY" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null
+.venv/bin/python -m pip install -q -r requirements.txt
+# These packages declare torchvision / GUI opencv / wandb as dependencies they do not need here.
+.venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
+
+# Headless chromium for tests/test_browser.py (skipped there, with a reason, when absent).
+if ! command -v chromium >/dev/null 2>&1 && [ "${ZOO_SKIP_CHROMIUM:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+    || echo "note: chromium could not be installed; the browser test will be skipped"
+fi
+
+# The main job, on the embedded default photo, with no network.
+export HF_HUB_OFFLINE=1
+.venv/bin/python -m zoo anonymize zoo/assets/group.jpg --method blur --out outputs/demo
+echo "setup done: anonymized photo and its JSON report are in outputs/demo/"

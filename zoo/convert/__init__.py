@@ -1,0 +1,131 @@
+"""Converters from the original public checkpoint layouts into the zoo's safetensors layout.
+
+Each backbone module registers a converter::
+
+    @register_converter("stylegan2", "rosinality StyleGAN2 .pt (uses the 'g_ema' entry)")
+    def convert_stylegan2(state: dict[str, Any]) -> HubModule:
+        ...  # build our module, map every key, check every shape, load_state_dict(strict=True)
+
+A converter receives the loaded original file (a dict; top-level containers such as ``{"g_ema": ...}``
+are left as they are) and returns the built zoo module. It must be strict: an unmapped or missing key,
+or a shape mismatch, raises ``ConversionError``.
+
+Command line::
+
+    python -m zoo.convert list
+    python -m zoo.convert <kind> <original file> <out folder>
+
+Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
+unpickler that only rebuilds tensors and plain containers, never arbitrary objects. ``.safetensors``
+inputs are read with safetensors.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+__all__ = ["ConversionError", "register_converter", "get_converter", "list_converters", "load_original", "convert_file"]
+
+# Modules whose import registers converters. Each backbone/method module with a converter is listed here.
+CONVERTER_MODULES = [
+    "zoo.nn.stylegan2",
+    "zoo.nn.psp",
+    "zoo.nn.arcface",
+    "zoo.nn.bisenet",
+    "zoo.nn.aad",
+    "zoo.nn.discriminators",
+    "zoo.nn.gfpgan",
+    "zoo.nn.lpips",
+    "zoo.methods.dbaf",
+    "zoo.methods.hford",
+    "zoo.methods.ifadit",
+    "zoo.methods.personal",
+    "zoo.methods.ideudemon",
+    "zoo.nn.headnerf",
+]
+
+
+class ConversionError(ValueError):
+    """An original checkpoint does not match the expected layout."""
+
+
+@dataclass(frozen=True)
+class Converter:
+    kind: str
+    description: str
+    fn: Callable[[dict[str, Any]], torch.nn.Module]
+
+
+_CONVERTERS: dict[str, Converter] = {}
+
+
+def register_converter(kind: str, description: str) -> Callable:
+    def deco(fn: Callable[[dict[str, Any]], torch.nn.Module]) -> Callable:
+        _CONVERTERS[kind] = Converter(kind, description, fn)
+        return fn
+
+    return deco
+
+
+def _import_all() -> None:
+    for name in CONVERTER_MODULES:
+        try:
+            importlib.import_module(name)
+        except ModuleNotFoundError as err:
+            if err.name != name:  # a real missing dependency inside an existing module
+                raise
+
+
+def list_converters() -> dict[str, str]:
+    _import_all()
+    return {k: c.description for k, c in sorted(_CONVERTERS.items())}
+
+
+def get_converter(kind: str) -> Converter:
+    _import_all()
+    if kind not in _CONVERTERS:
+        raise KeyError(f"unknown converter {kind!r}; known: {', '.join(sorted(_CONVERTERS))}")
+    return _CONVERTERS[kind]
+
+
+def load_original(path: str | Path) -> dict[str, Any]:
+    """Load an original checkpoint without executing code (weights_only unpickler or safetensors)."""
+    path = Path(path)
+    if path.suffix == ".safetensors":
+        from safetensors.torch import load_file
+
+        return load_file(str(path))
+    return torch.load(str(path), map_location="cpu", weights_only=True)
+
+
+def check_and_load(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> torch.nn.Module:
+    """Strictly load ``state`` into ``module``, with a readable ``ConversionError`` on any mismatch."""
+    ours = module.state_dict()
+    missing = sorted(set(ours) - set(state))
+    unexpected = sorted(set(state) - set(ours))
+    bad_shape = sorted(k for k in set(ours) & set(state) if tuple(ours[k].shape) != tuple(state[k].shape))
+    if missing or unexpected or bad_shape:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} keys (e.g. {missing[:3]})")
+        if unexpected:
+            parts.append(f"unexpected {len(unexpected)} keys (e.g. {unexpected[:3]})")
+        if bad_shape:
+            k = bad_shape[0]
+            parts.append(f"{len(bad_shape)} shape mismatches (e.g. {k}: ours {tuple(ours[k].shape)} vs {tuple(state[k].shape)})")
+        raise ConversionError(f"{what}: " + "; ".join(parts))
+    module.load_state_dict(state, strict=True)
+    return module
+
+
+def convert_file(kind: str, src: str | Path, out: str | Path) -> Path:
+    """Convert ``src`` (original layout) with converter ``kind`` and ``save_pretrained`` it to ``out``."""
+    module = get_converter(kind).fn(load_original(src))
+    out = Path(out)
+    module.save_pretrained(out)
+    return out

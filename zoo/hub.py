@@ -1,0 +1,171 @@
+"""Hub I/O shared by every network and every method.
+
+Every network in the zoo subclasses :class:`HubModule`, which is ``torch.nn.Module`` plus
+huggingface_hub's ``PyTorchModelHubMixin``: ``save_pretrained(dir)`` writes ``config.json`` (the
+``__init__`` keyword arguments) and ``model.safetensors``; ``from_pretrained(repo_id_or_dir,
+revision=...)`` reads them back. Nothing is ever unpickled.
+
+A *method* checkpoint is a folder (local or a Hub repo) in the diffusers style, one subfolder per
+component::
+
+    method.json                 {"method": "dbaf", "config": {...}, "components": {"generator": "zoo.nn.stylegan2.Generator", ...}}
+    generator/config.json
+    generator/model.safetensors
+    ...
+
+:func:`resolve_checkpoint` turns a repo id (+ revision) or a local folder into a local folder,
+honouring ``HF_HUB_OFFLINE`` and failing with :class:`WeightsNotFoundError`, whose message names the
+repo and how to get the weights.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Mapping
+
+import torch
+from huggingface_hub import PyTorchModelHubMixin
+
+__all__ = [
+    "HubModule",
+    "WeightsNotFoundError",
+    "resolve_checkpoint",
+    "save_components",
+    "load_components",
+    "hub_offline",
+]
+
+METHOD_INDEX = "method.json"
+
+
+class WeightsNotFoundError(FileNotFoundError):
+    """Raised when a checkpoint cannot be found locally and cannot be downloaded."""
+
+
+class HubModule(torch.nn.Module, PyTorchModelHubMixin):
+    """``nn.Module`` that saves/loads as ``config.json`` + ``model.safetensors``.
+
+    Subclasses take only JSON-serialisable keyword arguments in ``__init__``; those become the config.
+    """
+
+    def num_parameters(self, trainable_only: bool = False) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad or not trainable_only)
+
+
+def hub_offline() -> bool:
+    """True when ``HF_HUB_OFFLINE`` is set to a truthy value."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in {"1", "true", "yes", "on"}
+
+
+def _qualname(obj: Any) -> str:
+    cls = obj if isinstance(obj, type) else type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}"
+
+
+def _import_qualname(name: str) -> type:
+    module_name, _, cls_name = name.rpartition(".")
+    if not module_name.startswith("zoo."):
+        # Only our own classes may be instantiated from a (possibly downloaded) index file.
+        raise ValueError(f"refusing to import component class {name!r}: not a zoo class")
+    return getattr(importlib.import_module(module_name), cls_name)
+
+
+def resolve_checkpoint(
+    repo_or_dir: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    allow_patterns: list[str] | None = None,
+) -> Path:
+    """Return a local folder holding the checkpoint.
+
+    ``repo_or_dir`` is an existing local folder (used as is) or a Hub repo id ``owner/name``
+    (downloaded with ``snapshot_download`` at ``revision``; from the local cache only when
+    ``HF_HUB_OFFLINE=1``). Only ``*.json``, ``*.safetensors`` and ``*.md`` files are fetched.
+    """
+    path = Path(repo_or_dir).expanduser()
+    if path.is_dir():
+        return path
+    repo_id = str(repo_or_dir)
+    if repo_id.count("/") != 1 or repo_id.startswith((".", "/")):
+        raise WeightsNotFoundError(f"checkpoint folder {repo_id!r} does not exist")
+    from huggingface_hub import snapshot_download
+
+    how = (
+        f"Download it on a machine with network access (`hf download {repo_id}"
+        f"{' --revision ' + revision if revision else ''} --local-dir DIR`) and pass "
+        f"`local_dir=DIR` to zoo.load, or train one with `training/train.py` (see README)."
+    )
+    try:
+        local = snapshot_download(
+            repo_id,
+            revision=revision,
+            allow_patterns=allow_patterns or ["*.json", "*.safetensors", "*.md"],
+            local_files_only=hub_offline(),
+        )
+    except Exception as err:  # huggingface_hub raises several types; all mean "not available"
+        mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if hub_offline() else "could not be downloaded"
+        raise WeightsNotFoundError(
+            f"weights for Hub repo {repo_id!r} (revision {revision or 'main'}) are {mode}: "
+            f"{type(err).__name__}. {how}"
+        ) from None
+    return Path(local)
+
+
+def save_components(
+    folder: str | os.PathLike,
+    method: str,
+    components: Mapping[str, HubModule],
+    config: Mapping[str, Any] | None = None,
+    extra_tensors: Mapping[str, torch.Tensor] | None = None,
+) -> Path:
+    """Write a method checkpoint: ``method.json`` plus one subfolder per component.
+
+    ``extra_tensors`` (e.g. a reference-identity library) go to ``extra.safetensors``.
+    """
+    from safetensors.torch import save_file
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    index = {
+        "method": method,
+        "config": dict(config or {}),
+        "components": {name: _qualname(module) for name, module in components.items()},
+    }
+    for name, module in components.items():
+        module.save_pretrained(folder / name)
+    if extra_tensors:
+        save_file({k: v.detach().contiguous().cpu() for k, v in extra_tensors.items()}, str(folder / "extra.safetensors"))
+    (folder / METHOD_INDEX).write_text(json.dumps(index, indent=2, sort_keys=True))
+    return folder
+
+
+def load_components(
+    repo_or_dir: str | os.PathLike,
+    *,
+    revision: str | None = None,
+    expected_method: str | None = None,
+) -> tuple[dict[str, Any], dict[str, HubModule], dict[str, torch.Tensor]]:
+    """Load a checkpoint written by :func:`save_components`.
+
+    Returns ``(config, components, extra_tensors)``; raises :class:`WeightsNotFoundError` when the
+    checkpoint is missing and ``ValueError`` when it belongs to another method.
+    """
+    from safetensors.torch import load_file
+
+    folder = resolve_checkpoint(repo_or_dir, revision=revision)
+    index_file = folder / METHOD_INDEX
+    if not index_file.is_file():
+        raise WeightsNotFoundError(f"{folder} has no {METHOD_INDEX}: not a zoo method checkpoint")
+    index = json.loads(index_file.read_text())
+    if expected_method is not None and index.get("method") != expected_method:
+        raise ValueError(f"{repo_or_dir} holds a {index.get('method')!r} checkpoint, not {expected_method!r}")
+    components: dict[str, HubModule] = {}
+    for name, qualname in index["components"].items():
+        cls = _import_qualname(qualname)
+        components[name] = cls.from_pretrained(str(folder / name))
+    extra_file = folder / "extra.safetensors"
+    extra = load_file(str(extra_file)) if extra_file.is_file() else {}
+    return index.get("config", {}), components, extra

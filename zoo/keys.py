@@ -1,0 +1,119 @@
+"""Keys: a user secret -> a standard KDF -> key material every method turns into its own key vectors.
+
+* ``Secret(text)``: the user's secret (any string or bytes, any length). It is stretched once with
+  PBKDF2-HMAC-SHA256 (``hashlib.pbkdf2_hmac``, 100 000 iterations, fixed salt) into a 32-byte master
+  key. The secret itself is not kept on the object after that.
+* ``secret.fingerprint``: a short public tag (``"k:1a2b3c4d"``) derived from the master key, so a user can
+  tell keys apart. It is what reports show; it never reveals the secret.
+* ``secret.derive(method, face_index)``: a :class:`KeyMaterial` for one face of one method (HMAC-SHA256
+  expansion, HKDF-expand style, of the master key with a context string). Several faces in one photo
+  therefore get independent keys from one secret.
+* ``KeyMaterial`` turns bytes into what a paper needs: uniform vectors in [-1, 1], Gaussian vectors,
+  a seeded ``torch.Generator``, decimal digits. Vectors are computed from the bytes alone (no RNG
+  state, no platform dependence), so the same secret gives the same numbers on every machine.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import math
+import secrets as _secrets
+import struct
+from dataclasses import dataclass
+
+import torch
+
+__all__ = ["Secret", "KeyMaterial", "new_secret", "as_secret"]
+
+_SALT = b"face-deid-zoo/kdf/v1"
+_ITERATIONS = 100_000
+
+
+def new_secret(nbytes: int = 16) -> str:
+    """A fresh random secret (URL-safe text, ``nbytes`` of entropy) from the OS CSPRNG."""
+    return _secrets.token_urlsafe(nbytes)
+
+
+def _expand(prk: bytes, info: bytes, length: int) -> bytes:
+    """HKDF-Expand (RFC 5869) with HMAC-SHA256."""
+    out, block, counter = b"", b"", 1
+    while len(out) < length:
+        block = hmac.new(prk, block + info + bytes([counter & 0xFF]), hashlib.sha256).digest()
+        out += block
+        counter += 1
+    return out[:length]
+
+
+class Secret:
+    """A user secret stretched into a 32-byte master key. ``str(secret)`` shows only the fingerprint."""
+
+    __slots__ = ("_master", "fingerprint")
+
+    def __init__(self, secret: str | bytes):
+        if isinstance(secret, Secret):  # pragma: no cover - handled by as_secret
+            raise TypeError("already a Secret")
+        raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        if len(raw) == 0:
+            raise ValueError("the key/secret must not be empty")
+        self._master = hashlib.pbkdf2_hmac("sha256", raw, _SALT, _ITERATIONS, dklen=32)
+        self.fingerprint = "k:" + _expand(self._master, b"fingerprint", 4).hex()
+
+    def derive(self, method: str, face_index: int = 0, purpose: str = "key") -> "KeyMaterial":
+        """Key material for ``method``'s ``purpose`` on face number ``face_index`` (0-based)."""
+        info = f"{method}|{purpose}|face{int(face_index)}".encode()
+        return KeyMaterial(_expand(self._master, info, 32), label=info.decode(), fingerprint=self.fingerprint)
+
+    def __repr__(self) -> str:
+        return f"Secret({self.fingerprint})"
+
+    __str__ = __repr__
+
+
+def as_secret(key: "str | bytes | Secret | None") -> Secret | None:
+    if key is None or isinstance(key, Secret):
+        return key
+    return Secret(key)
+
+
+@dataclass(frozen=True)
+class KeyMaterial:
+    """32 bytes of key material for one (method, purpose, face); expands to any length on demand."""
+
+    seed: bytes
+    label: str = ""
+    fingerprint: str = ""
+
+    def bytes(self, n: int, context: str = "") -> bytes:
+        return _expand(self.seed, f"bytes|{context}".encode(), n)
+
+    def uniform(self, dim: int, low: float = -1.0, high: float = 1.0, context: str = "") -> torch.Tensor:
+        """``[dim]`` float32 vector, uniform in [low, high) from 32-bit chunks of the key material."""
+        raw = self.bytes(4 * dim, f"uniform|{context}")
+        ints = struct.unpack(f"<{dim}I", raw)
+        u = torch.tensor([i / 2**32 for i in ints], dtype=torch.float64)
+        return (low + (high - low) * u).to(torch.float32)
+
+    def normal(self, dim: int, context: str = "") -> torch.Tensor:
+        """``[dim]`` float32 vector of standard normals (Box-Muller on the key material)."""
+        n = dim + (dim % 2)
+        u = self.uniform(n, 0.0, 1.0, f"normal|{context}").to(torch.float64)
+        u1 = u[0::2].clamp_min(1e-12)
+        u2 = u[1::2]
+        r = torch.sqrt(-2.0 * torch.log(u1))
+        z = torch.stack([r * torch.cos(2 * math.pi * u2), r * torch.sin(2 * math.pi * u2)], dim=1).reshape(-1)
+        return z[:dim].to(torch.float32)
+
+    def generator(self, context: str = "", device: str | torch.device = "cpu") -> torch.Generator:
+        """A ``torch.Generator`` seeded from the key material (for large noise tensors)."""
+        g = torch.Generator(device=device)
+        g.manual_seed(int.from_bytes(self.bytes(8, f"generator|{context}"), "little") & ((1 << 63) - 1))
+        return g
+
+    def digits(self, n: int, context: str = "") -> str:
+        """``n`` decimal digits (e.g. the 6-digit password of Cao et al.)."""
+        value = int.from_bytes(self.bytes(16, f"digits|{context}"), "little")
+        return str(value % 10**n).zfill(n)
+
+    def __repr__(self) -> str:
+        return f"KeyMaterial({self.label!r}, {self.fingerprint})"

@@ -1,0 +1,337 @@
+"""The interface every zoo method shares, and the full-photo pipeline around it.
+
+A method implements two tensor functions on aligned face crops at its native resolution::
+
+    anonymize_faces(x, keys, **controls) -> y      # x, y: [N, 3, R, R] float in [-1, 1]
+    recover_faces(y, keys, **controls) -> x_hat    # reversible methods only
+
+``keys`` holds one :class:`~zoo.keys.KeyMaterial` per face (derived from the user's secret, the method
+name and the face's index). Everything else is shared and lives here: image loading, face detection,
+FFHQ-style alignment, inverse warp + feathered paste-back, per-face keys, fail-closed blurring of any
+face that cannot be processed, and the JSON report.
+
+Public API (images are PIL images or uint8 HxWx3 arrays)::
+
+    m.anonymize(image, key=None, **controls) -> DeidResult
+    m.recover(image, key, **controls) -> DeidResult          # if m.reversible
+    m.diversity(image, keys, **controls) -> list[DeidResult]
+
+Pass ``aligned=True`` to give already aligned square crops (one image or a list) instead of photos.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Iterable, Sequence
+
+import numpy as np
+import torch
+from PIL import Image
+
+from ..keys import KeyMaterial, Secret, as_secret, new_secret
+
+__all__ = ["Control", "FaceRecord", "DeidResult", "DeidMethod", "ImageLike"]
+
+log = logging.getLogger(__name__)
+
+ImageLike = Any  # PIL.Image.Image | np.ndarray (uint8 HxWx3) | str | os.PathLike | bytes | DeidResult
+
+
+@dataclass(frozen=True)
+class Control:
+    """A user-facing control of a method (a slider or a field in the app, a CLI flag)."""
+
+    name: str
+    kind: str  # "float" | "int" | "str"
+    default: Any
+    minimum: float | None = None
+    maximum: float | None = None
+    help: str = ""
+
+    def validate(self, value: Any) -> Any:
+        if value is None:
+            return self.default
+        if self.kind == "float":
+            value = float(value)
+        elif self.kind == "int":
+            if float(value) != int(float(value)):
+                raise ValueError(f"control {self.name!r} must be an integer, got {value!r}")
+            value = int(float(value))
+        else:
+            value = str(value)
+        if self.minimum is not None and value < self.minimum:
+            raise ValueError(f"control {self.name!r}={value} is below its minimum {self.minimum}")
+        if self.maximum is not None and value > self.maximum:
+            raise ValueError(f"control {self.name!r}={value} is above its maximum {self.maximum}")
+        return value
+
+
+@dataclass
+class FaceRecord:
+    """What happened to one face. Coordinates are input-image pixels."""
+
+    index: int
+    box: list[float]  # [x0, y0, x1, y1]
+    score: float
+    landmarks: list[list[float]]  # 5 x [x, y]: left eye, right eye, nose, left mouth, right mouth
+    status: str = "processed"  # "processed" | "fallback_blur"
+    error: str | None = None
+    key_fingerprint: str | None = None
+
+
+@dataclass
+class DeidResult:
+    """An anonymized (or recovered) image with its report. ``np.asarray(result)`` gives uint8 HxWx3."""
+
+    image: Image.Image
+    method: str
+    operation: str  # "anonymize" | "recover"
+    faces: list[FaceRecord] = field(default_factory=list)
+    key_fingerprint: str | None = None
+    controls: dict[str, Any] = field(default_factory=dict)
+    aligned_input: bool = False
+    seconds: float = 0.0
+
+    @property
+    def fallbacks(self) -> list[int]:
+        return [f.index for f in self.faces if f.status != "processed"]
+
+    def report(self) -> dict[str, Any]:
+        """JSON-serialisable report: faces, boxes, method, key fingerprint, fallbacks (never the key)."""
+        return {
+            "method": self.method,
+            "operation": self.operation,
+            "image_size": list(self.image.size),
+            "faces_found": len(self.faces),
+            "faces": [asdict(f) for f in self.faces],
+            "fallbacks": self.fallbacks,
+            "key_fingerprint": self.key_fingerprint,
+            "controls": self.controls,
+            "aligned_input": self.aligned_input,
+            "seconds": round(self.seconds, 4),
+        }
+
+    def __array__(self, dtype=None, copy=None):
+        arr = np.asarray(self.image.convert("RGB"))
+        return arr.astype(dtype) if dtype is not None else arr
+
+
+class DeidMethod:
+    """Base class of every zoo method. Subclasses set the class attributes and the ``*_faces`` functions."""
+
+    name: ClassVar[str] = ""
+    summary: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    reversible: ClassVar[bool] = False
+    uses_key: ClassVar[bool] = True
+    controls: ClassVar[tuple[Control, ...]] = ()
+    #: native aligned-crop size in pixels (instances may override from their config)
+    resolution: int = 256
+    #: batch size for aligned faces inside one call
+    max_batch: int = 16
+
+    def __init__(self) -> None:
+        self.device = torch.device("cpu")
+        self.dtype = torch.float32
+
+    # ------------------------------------------------------------------ to implement
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        """[N,3,R,R] in [-1,1] -> [N,3,R,R] in [-1,1]; one key per row."""
+        raise NotImplementedError
+
+    def recover_faces(self, y: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        """Inverse of :meth:`anonymize_faces` with the same keys (reversible methods only)."""
+        raise NotImplementedError(f"{self.name} is not reversible")
+
+    def modules(self) -> Iterable[torch.nn.Module]:
+        """The torch modules this method runs (moved by :meth:`to`)."""
+        return []
+
+    # ------------------------------------------------------------------ description
+    @classmethod
+    def capabilities(cls) -> dict[str, Any]:
+        return {
+            "name": cls.name,
+            "summary": cls.summary,
+            "paper": cls.paper,
+            "reversible": cls.reversible,
+            "uses_key": cls.uses_key,
+            "controls": {c.name: asdict(c) for c in cls.controls},
+            "resolution": cls.resolution,
+        }
+
+    def to(self, device: str | torch.device | None = None, dtype: torch.dtype | None = None) -> "DeidMethod":
+        if device is not None:
+            self.device = torch.device(device)
+        if dtype is not None:
+            self.dtype = dtype
+        for module in self.modules():
+            module.to(device=self.device, dtype=self.dtype)
+            module.eval()
+        return self
+
+    def validate_controls(self, controls: dict[str, Any]) -> dict[str, Any]:
+        known = {c.name: c for c in self.controls}
+        unknown = sorted(set(controls) - set(known))
+        if unknown:
+            raise ValueError(f"{self.name} has no control(s) {unknown}; it takes {sorted(known) or 'none'}")
+        return {name: c.validate(controls.get(name)) for name, c in known.items()}
+
+    def face_keys(self, secret: Secret | None, n: int, start: int = 0) -> list[KeyMaterial]:
+        """One key per face, face ``i`` keyed by (secret, method name, i)."""
+        if secret is None:
+            return [Secret(new_secret()).derive(self.name, i) for i in range(start, start + n)]
+        return [secret.derive(self.name, i) for i in range(start, start + n)]
+
+    # ------------------------------------------------------------------ public API
+    def anonymize(self, image: ImageLike, key: str | bytes | Secret | None = None, *, aligned: bool = False, **controls: Any):
+        """Anonymize every face of a photo (or the given aligned crop(s) with ``aligned=True``).
+
+        ``key``: the user's secret. With ``key=None`` a fresh random secret is used and forgotten, so the
+        result cannot be recovered. Returns a :class:`DeidResult` (a list of them for a list of crops).
+        """
+        secret = as_secret(key) if (key is not None or not self.uses_key) else None
+        return self._run("anonymize", image, secret, aligned, controls)
+
+    def recover(self, image: ImageLike, key: str | bytes | Secret, *, aligned: bool = False, **controls: Any):
+        """Recover the original faces from an anonymized photo (or crop(s)) with the same key."""
+        if not self.reversible:
+            raise NotImplementedError(f"method {self.name!r} is not reversible")
+        if key is None:
+            raise ValueError("recover() needs the key that was used to anonymize")
+        return self._run("recover", image, as_secret(key), aligned, controls)
+
+    def diversity(self, image: ImageLike, keys: Sequence[str | bytes | Secret] | int = 4, *, aligned: bool = False, **controls: Any) -> list:
+        """Anonymize the same input with several keys (``keys`` may be a count of fresh random keys)."""
+        if isinstance(keys, int):
+            keys = [new_secret() for _ in range(keys)]
+        return [self.anonymize(image, key=k, aligned=aligned, **controls) for k in keys]
+
+    # ------------------------------------------------------------------ internals
+    def _process_batch(self, operation: str, crops: np.ndarray, keys: list[KeyMaterial], controls: dict) -> np.ndarray:
+        """uint8 [N,R,R,3] -> uint8 [N,R,R,3] through the tensor functions, in chunks of max_batch."""
+        from ..imageio import from_tensor, to_tensor
+
+        fn = self.anonymize_faces if operation == "anonymize" else self.recover_faces
+        outs = []
+        with torch.inference_mode():
+            for s in range(0, len(crops), self.max_batch):
+                x = to_tensor(crops[s : s + self.max_batch], self.resolution).to(self.device, self.dtype)
+                y = fn(x, keys[s : s + self.max_batch], **controls)
+                if y.shape != x.shape:
+                    raise RuntimeError(f"{self.name}.{operation}_faces returned shape {tuple(y.shape)} for {tuple(x.shape)}")
+                if not torch.isfinite(y).all():
+                    raise FloatingPointError(f"{self.name} produced non-finite values")
+                outs.append(from_tensor(y.float().cpu()))
+        return np.concatenate(outs, axis=0)
+
+    def _process_isolated(self, operation, crops, keys, controls) -> tuple[list[np.ndarray | None], list[str | None]]:
+        """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others."""
+        try:
+            out = self._process_batch(operation, crops, keys, controls)
+            return list(out), [None] * len(crops)
+        except Exception as err:  # noqa: BLE001 - fail closed, report the reason
+            log.warning("%s batch failed (%s); retrying faces one by one", self.name, err)
+        results: list[np.ndarray | None] = []
+        errors: list[str | None] = []
+        for i in range(len(crops)):
+            try:
+                results.append(self._process_batch(operation, crops[i : i + 1], keys[i : i + 1], controls)[0])
+                errors.append(None)
+            except Exception as err:  # noqa: BLE001
+                results.append(None)
+                errors.append(f"{type(err).__name__}: {err}")
+        return results, errors
+
+    def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
+        from .. import imageio, pipeline
+
+        t0 = time.perf_counter()
+        controls = self.validate_controls(controls)
+        fingerprint = secret.fingerprint if secret is not None else None
+
+        if aligned:
+            items = list(image) if isinstance(image, (list, tuple)) else [image]
+            loaded = [imageio.load_image(it) for it in items]
+            crops = np.stack([imageio.resize_square(rgb, self.resolution) for rgb, _ in loaded])
+            keys = self.face_keys(secret, len(crops))
+            outs, errors = self._process_isolated(operation, crops, keys, controls)
+            results = []
+            for i, ((rgb, alpha), out, err) in enumerate(zip(loaded, outs, errors)):
+                h, w = rgb.shape[:2]
+                if out is None:
+                    out_rgb = pipeline.blur_hard(rgb)
+                else:
+                    out_rgb = imageio.resize_to(out, (h, w))
+                rec = FaceRecord(i, [0.0, 0.0, float(w), float(h)], 1.0, [], "processed" if err is None else "fallback_blur", err, fingerprint)
+                results.append(DeidResult(imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0))
+            return results if isinstance(image, (list, tuple)) else results[0]
+
+        rgb, alpha = imageio.load_image(image)
+        faces = pipeline.detect_faces(rgb)
+        canvas = rgb.copy()
+        records: list[FaceRecord] = []
+        if faces:
+            aligned_faces = [pipeline.align_face(rgb, f.landmarks, self.resolution) for f in faces]
+            crops = np.stack([a.crop for a in aligned_faces])
+            keys = self.face_keys(secret, len(faces))
+            outs, errors = self._process_isolated(operation, crops, keys, controls)
+            for i, (face, al, out, err) in enumerate(zip(faces, aligned_faces, outs, errors)):
+                if out is not None:
+                    canvas = pipeline.paste_back(canvas, out, al.matrix)
+                else:
+                    canvas = pipeline.blur_face(canvas, face)
+                records.append(
+                    FaceRecord(
+                        index=i,
+                        box=[float(v) for v in face.box],
+                        score=float(face.score),
+                        landmarks=[[float(a), float(b)] for a, b in face.landmarks],
+                        status="processed" if err is None else "fallback_blur",
+                        error=err,
+                        key_fingerprint=fingerprint,
+                    )
+                )
+        return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0)
+
+
+class NeuralMethod(DeidMethod):
+    """A method built from trained networks, saved/loaded as a diffusers-style component folder.
+
+    Subclasses implement ``__init__(self, config: dict, components: dict[str, HubModule], extra: dict[str, Tensor])``
+    and ``build(cls, config) -> components`` (random init, for training), and list their components in
+    ``component_names``. ``save_pretrained``/``from_pretrained`` go through :mod:`zoo.hub`.
+    """
+
+    component_names: ClassVar[tuple[str, ...]] = ()
+
+    def __init__(self, config: dict[str, Any], components: dict[str, torch.nn.Module], extra: dict[str, torch.Tensor] | None = None):
+        super().__init__()
+        self.config = dict(config)
+        self.components = dict(components)
+        self.extra = dict(extra or {})
+        self.resolution = int(self.config.get("resolution", type(self).resolution))
+        missing = [n for n in self.component_names if n not in self.components]
+        if missing:
+            raise ValueError(f"{self.name} checkpoint lacks components {missing}")
+
+    def modules(self) -> Iterable[torch.nn.Module]:
+        return self.components.values()
+
+    def extra_tensors(self) -> dict[str, torch.Tensor]:
+        """Non-module tensors saved with the checkpoint (override to add, e.g., a reference library)."""
+        return self.extra
+
+    def save_pretrained(self, folder) -> Any:
+        from ..hub import save_components
+
+        return save_components(folder, self.name, self.components, self.config, self.extra_tensors())
+
+    @classmethod
+    def from_pretrained(cls, repo_or_dir, *, revision: str | None = None) -> "NeuralMethod":
+        from ..hub import load_components
+
+        config, components, extra = load_components(repo_or_dir, revision=revision, expected_method=cls.name)
+        return cls(config, components, extra)
