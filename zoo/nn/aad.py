@@ -55,14 +55,23 @@ def _enc_channels(c: int) -> list[int]:
     return [c, 2 * c, 4 * c, 8 * c, 16 * c, 32 * c, 32 * c]
 
 
-def attr_shapes(base_channels: int = 32, image_size: int = IMAGE_SIZE) -> list[tuple[int, int]]:
-    """``(channels, resolution)`` of z_attr^1..z_attr^8 (see the module docstring)."""
+def attr_shapes(base_channels: int = 32) -> list[tuple[int, int]]:
+    """``(channels, resolution)`` of z_attr^1..z_attr^8 for a 256 px input (see the module docstring)."""
     enc = _enc_channels(base_channels)
-    shapes = [(enc[6], image_size // 128)]
+    shapes = [(enc[6], IMAGE_SIZE // 128)]
     for k in range(6):  # decoder level k: deconv to enc[5-k] channels, concatenated with encoder skip enc[5-k]
-        shapes.append((2 * enc[5 - k], image_size // 2 ** (6 - k)))
-    shapes.append((shapes[-1][0], image_size))  # z_attr^8: bilinear 2x upsample of z_attr^7
+        shapes.append((2 * enc[5 - k], IMAGE_SIZE // 2 ** (6 - k)))
+    shapes.append((shapes[-1][0], IMAGE_SIZE))  # z_attr^8: bilinear 2x upsample of z_attr^7
     return shapes
+
+
+def _init_weights(m: nn.Module) -> None:
+    """Initialisation of the reference port: Xavier-normal convs, N(0, 0.001) linear layers, zero biases."""
+    if isinstance(m, nn.Linear):
+        nn.init.normal_(m.weight, 0.0, 0.001)
+        nn.init.zeros_(m.bias)
+    elif isinstance(m, (nn.Conv2d, nn.ConvTranspose2d)):
+        nn.init.xavier_normal_(m.weight)
 
 
 class _EncBlock(nn.Sequential):
@@ -103,6 +112,7 @@ class MultilevelAttributesEncoder(HubModule):
             cout = enc[6 - i]
             setattr(self, f"deconv{i}", _DecBlock(cin, cout))
             cin = 2 * cout
+        self.apply(_init_weights)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
         if x.shape[-2:] != (IMAGE_SIZE, IMAGE_SIZE):
@@ -121,20 +131,22 @@ class MultilevelAttributesEncoder(HubModule):
 class AADLayer(nn.Module):
     """Adaptive Attentional Denormalization (FaceShifter Sec. 3.2.1).
 
-    h_bar = InstanceNorm(h); attribute integration A = gamma_att(z_att) * h_bar + beta_att(z_att) (3x3
-    convs ``conv1``/``conv2``); identity integration I = gamma_id(z_id) * h_bar + beta_id(z_id) (linear
+    h_bar = InstanceNorm(h); attribute integration A = gamma_att(z_att) * h_bar + beta_att(z_att) (convs
+    ``conv1``/``conv2``); identity integration I = gamma_id(z_id) * h_bar + beta_id(z_id) (linear
     ``fc1``/``fc2``); attention mask M = sigmoid(conv_h(h_bar)); output (1 - M) * A + M * I.
+    The convs are 1x1 with bias as in the released port (``kernel_size=3`` gives SPADE-style 3x3 convs).
     ``h [N, c_x, H, W], z_att [N, c_att, H, W], z_id [N, c_id] -> [N, c_x, H, W]``.
     """
 
-    def __init__(self, c_x: int, c_att: int, c_id: int = 512):
+    def __init__(self, c_x: int, c_att: int, c_id: int = 512, kernel_size: int = 1):
         super().__init__()
+        pad = kernel_size // 2
         self.norm = nn.InstanceNorm2d(c_x, affine=False)
-        self.conv1 = nn.Conv2d(c_att, c_x, 3, 1, 1, bias=False)  # gamma_att
-        self.conv2 = nn.Conv2d(c_att, c_x, 3, 1, 1, bias=False)  # beta_att
+        self.conv1 = nn.Conv2d(c_att, c_x, kernel_size, 1, pad)  # gamma_att
+        self.conv2 = nn.Conv2d(c_att, c_x, kernel_size, 1, pad)  # beta_att
         self.fc1 = nn.Linear(c_id, c_x)  # gamma_id
         self.fc2 = nn.Linear(c_id, c_x)  # beta_id
-        self.conv_h = nn.Conv2d(c_x, 1, 3, 1, 1, bias=False)  # attention mask logits
+        self.conv_h = nn.Conv2d(c_x, 1, kernel_size, 1, pad)  # attention mask logits
 
     def forward(self, h: torch.Tensor, z_att: torch.Tensor, z_id: torch.Tensor) -> torch.Tensor:
         h_bar = self.norm(h)
@@ -148,15 +160,15 @@ class AAD_ResBlk(nn.Module):  # noqa: N801  (name of the reference implementatio
     """AAD residual block: 2 x (AAD, ReLU, 3x3 conv); the shortcut is identity when cin == cout,
     else (AAD, ReLU, 3x3 conv) (FaceShifter Fig. 3c)."""
 
-    def __init__(self, cin: int, cout: int, c_att: int, c_id: int = 512):
+    def __init__(self, cin: int, cout: int, c_att: int, c_id: int = 512, aad_kernel_size: int = 1):
         super().__init__()
-        self.AAD1 = AADLayer(cin, c_att, c_id)
+        self.AAD1 = AADLayer(cin, c_att, c_id, aad_kernel_size)
         self.conv1 = nn.Conv2d(cin, cin, 3, 1, 1, bias=False)
-        self.AAD2 = AADLayer(cin, c_att, c_id)
+        self.AAD2 = AADLayer(cin, c_att, c_id, aad_kernel_size)
         self.conv2 = nn.Conv2d(cin, cout, 3, 1, 1, bias=False)
         self.learned_shortcut = cin != cout
         if self.learned_shortcut:
-            self.AAD3 = AADLayer(cin, c_att, c_id)
+            self.AAD3 = AADLayer(cin, c_att, c_id, aad_kernel_size)
             self.conv3 = nn.Conv2d(cin, cout, 3, 1, 1, bias=False)
 
     def forward(self, h: torch.Tensor, z_att: torch.Tensor, z_id: torch.Tensor) -> torch.Tensor:
@@ -171,11 +183,10 @@ class AADGenerator(HubModule):
     """AAD generator G: ``(z_attr list of 8 maps, z_id [N, c_id]) -> y [N, 3, 256, 256]``.
 
     z_id is lifted to 2x2 by a 2x2 transposed conv (``up1``), then 8 AAD residual blocks, the first
-    seven followed by bilinear 2x upsampling (2 -> 256 px). The output has no final activation (as in
-    the reference port); it is trained towards images in [-1, 1].
+    seven followed by bilinear 2x upsampling (2 -> 256 px), and tanh: y is in [-1, 1].
     """
 
-    def __init__(self, c_id: int = 512, base_channels: int = 32):
+    def __init__(self, c_id: int = 512, base_channels: int = 32, aad_kernel_size: int = 1):
         super().__init__()
         c = base_channels
         att = [ch for ch, _ in attr_shapes(c)]
@@ -183,7 +194,8 @@ class AADGenerator(HubModule):
         h_out = [32 * c, 32 * c, 32 * c, 16 * c, 8 * c, 4 * c, 2 * c, 3]
         self.up1 = nn.ConvTranspose2d(c_id, 32 * c, kernel_size=2, stride=1, padding=0)
         for k in range(NUM_LEVELS):
-            setattr(self, f"AADBlk{k + 1}", AAD_ResBlk(h_in[k], h_out[k], att[k], c_id))
+            setattr(self, f"AADBlk{k + 1}", AAD_ResBlk(h_in[k], h_out[k], att[k], c_id, aad_kernel_size))
+        self.apply(_init_weights)
 
     def forward(self, z_attr: list[torch.Tensor], z_id: torch.Tensor) -> torch.Tensor:
         if len(z_attr) != NUM_LEVELS:
@@ -193,7 +205,7 @@ class AADGenerator(HubModule):
             h = getattr(self, f"AADBlk{k + 1}")(h, z_attr[k], z_id)
             if k < NUM_LEVELS - 1:
                 h = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=True)
-        return h
+        return torch.tanh(h)
 
 
 class AEINet(HubModule):
@@ -205,10 +217,10 @@ class AEINet(HubModule):
     for the attribute-consistency loss.
     """
 
-    def __init__(self, c_id: int = 512, base_channels: int = 32):
+    def __init__(self, c_id: int = 512, base_channels: int = 32, aad_kernel_size: int = 1):
         super().__init__()
         self.encoder = MultilevelAttributesEncoder(base_channels=base_channels)
-        self.generator = AADGenerator(c_id=c_id, base_channels=base_channels)
+        self.generator = AADGenerator(c_id=c_id, base_channels=base_channels, aad_kernel_size=aad_kernel_size)
 
     def get_attr(self, x: torch.Tensor) -> list[torch.Tensor]:
         return self.encoder(x)
@@ -222,8 +234,11 @@ class AEINet(HubModule):
 def convert_faceshifter_aei(state: dict[str, Any]) -> AEINet:
     """Build :class:`AEINet` from the unofficial FaceShifter port's generator state dict.
 
-    Keys map one-to-one (a DataParallel ``module.`` prefix is dropped); ``c_id`` and ``base_channels``
-    are read from ``generator.up1.weight`` and ``encoder.conv1.0.weight``.
+    Keys map one-to-one (a DataParallel ``module.`` prefix is dropped); ``c_id``, ``base_channels`` and
+    the AAD conv size are read from ``generator.up1.weight``, ``encoder.conv1.0.weight`` and
+    ``generator.AADBlk1.AAD1.conv1.weight``. The port's later layout (commit 7ecf04a, Jan 2020, the one
+    its released weights were trained with) is the default; its earlier 3x3 bias-free AAD convs are
+    not supported.
     """
     if "state_dict" in state and isinstance(state["state_dict"], dict):
         state = state["state_dict"]
@@ -233,5 +248,10 @@ def convert_faceshifter_aei(state: dict[str, Any]) -> AEINet:
     for key in ("generator.up1.weight", "encoder.conv1.0.weight"):
         if key not in sd:
             raise ConversionError(f"faceshifter-aei: key {key!r} is missing; not an AEI_Net checkpoint")
-    model = AEINet(c_id=int(sd["generator.up1.weight"].shape[0]), base_channels=int(sd["encoder.conv1.0.weight"].shape[0]))
+    k = sd.get("generator.AADBlk1.AAD1.conv1.weight")
+    model = AEINet(
+        c_id=int(sd["generator.up1.weight"].shape[0]),
+        base_channels=int(sd["encoder.conv1.0.weight"].shape[0]),
+        aad_kernel_size=int(k.shape[-1]) if k is not None else 1,
+    )
     return check_and_load(model, sd, "faceshifter-aei")

@@ -32,6 +32,7 @@ __all__ = [
     "ResBlock",
     "GFPGANv1Clean",
     "convert_gfpgan",
+    "convert_stylegan2_clean",
 ]
 
 
@@ -65,9 +66,8 @@ class ModulatedConv2d(nn.Module):
         self.modulation = nn.Linear(num_style_feat, in_channels, bias=True)
         nn.init.kaiming_normal_(self.modulation.weight, a=0, mode="fan_in", nonlinearity="linear")
         nn.init.constant_(self.modulation.bias, 1.0)  # styles start at 1: an unmodulated kernel
-        self.weight = nn.Parameter(
-            torch.randn(1, out_channels, in_channels, kernel_size, kernel_size) / math.sqrt(in_channels * kernel_size**2)
-        )
+        shape = (1, out_channels, in_channels, kernel_size, kernel_size)
+        self.weight = nn.Parameter(torch.randn(shape) / math.sqrt(in_channels * kernel_size**2))
         self.padding = kernel_size // 2
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
@@ -75,7 +75,8 @@ class ModulatedConv2d(nn.Module):
         style = self.modulation(style).view(n, 1, c, 1, 1)
         weight = self.weight * style  # [N, out, in, k, k]  (modulation)
         if self.demodulate:
-            weight = weight * torch.rsqrt(weight.pow(2).sum(dim=[2, 3, 4]) + self.eps).view(n, self.out_channels, 1, 1, 1)
+            demod = torch.rsqrt(weight.pow(2).sum(dim=[2, 3, 4]) + self.eps)
+            weight = weight * demod.view(n, self.out_channels, 1, 1, 1)
         weight = weight.view(n * self.out_channels, c, self.kernel_size, self.kernel_size)
         if self.sample_mode == "upsample":
             x = F.interpolate(x, scale_factor=2, mode="bilinear", align_corners=False)
@@ -342,7 +343,7 @@ class GFPGANv1Clean(HubModule):
 
 
 # ----------------------------------------------------------------------------------------------------
-# converter
+# converters
 
 
 def _unwrap(state: dict[str, Any]) -> dict[str, torch.Tensor]:
@@ -358,8 +359,38 @@ def _unwrap(state: dict[str, Any]) -> dict[str, torch.Tensor]:
 
 def _need(state: dict[str, torch.Tensor], key: str) -> torch.Tensor:
     if key not in state:
-        raise ConversionError(f"gfpgan: key {key!r} is missing; not a GFPGANv1Clean checkpoint")
+        raise ConversionError(f"key {key!r} is missing; not a GFPGAN clean checkpoint")
     return state[key]
+
+
+def _decoder_config(sd: dict[str, torch.Tensor], prefix: str) -> dict[str, Any]:
+    """out_size, num_style_feat, num_mlp, narrow, channel_multiplier of a clean decoder, from its weights."""
+    head = f"{prefix}to_rgbs."
+    num_rgbs = len({k[len(head):].split(".")[0] for k in sd if k.startswith(head)})
+    if num_rgbs == 0:
+        raise ConversionError(f"no {prefix}to_rgbs.* keys; not a clean StyleGAN2 decoder")
+    narrow = _need(sd, f"{prefix}constant_input.weight").shape[1] / 512
+    channel_multiplier = 2
+    if num_rgbs >= 4:  # the 64 px channels are 256 * channel_multiplier * narrow
+        c64 = _need(sd, f"{prefix}style_convs.6.modulated_conv.weight").shape[1]
+        channel_multiplier = max(1, round(c64 / (256 * narrow)))
+    return {
+        "out_size": 2 ** (num_rgbs + 2),
+        "num_style_feat": int(_need(sd, f"{prefix}style_mlp.1.weight").shape[0]),
+        "num_mlp": sum(1 for k in sd if k.startswith(f"{prefix}style_mlp.") and k.endswith(".weight")),
+        "narrow": narrow,
+        "channel_multiplier": channel_multiplier,
+    }
+
+
+@register_converter(
+    "stylegan2-clean",
+    "BasicSR/GFPGAN StyleGAN2GeneratorClean .pth (e.g. StyleGAN2_512_Cmul1_FFHQ_B12G4_scratch_800k.pth)",
+)
+def convert_stylegan2_clean(state: dict[str, Any]) -> StyleGAN2GeneratorClean:
+    """Build :class:`StyleGAN2GeneratorClean` (the GFPGAN decoder prior) from a BasicSR checkpoint."""
+    sd = _unwrap(state)
+    return check_and_load(StyleGAN2GeneratorClean(**_decoder_config(sd, "")), sd, "stylegan2-clean")
 
 
 @register_converter("gfpgan", "TencentARC GFPGANv1Clean .pth (v1.2/v1.3/v1.4; 'params_ema' entry, else 'params')")
@@ -373,17 +404,13 @@ def convert_gfpgan(state: dict[str, Any]) -> GFPGANv1Clean:
     num_up = sum(1 for k in sd if k.startswith("conv_body_up.") and k.endswith(".conv1.weight"))
     if num_up == 0:
         raise ConversionError("gfpgan: no conv_body_up.* keys; not a GFPGANv1Clean checkpoint")
-    out_size = 2 ** (num_up + 2)
-    num_style_feat = _need(sd, "stylegan_decoder.style_mlp.1.weight").shape[0]
-    num_mlp = sum(1 for k in sd if k.startswith("stylegan_decoder.style_mlp.") and k.endswith(".weight"))
-    narrow = _need(sd, "stylegan_decoder.constant_input.weight").shape[1] / 512
-    channel_multiplier = 2
-    if out_size >= 64:  # the decoder's 64 px channels are 256 * channel_multiplier * narrow
-        c64 = _need(sd, "stylegan_decoder.style_convs.6.modulated_conv.weight").shape[1]
-        channel_multiplier = max(1, round(c64 / (256 * narrow)))
+    dec = _decoder_config(sd, "stylegan_decoder.")
+    if dec["out_size"] != 2 ** (num_up + 2):
+        raise ConversionError(f"gfpgan: U-Net ends at {2 ** (num_up + 2)} px but the decoder at {dec['out_size']} px")
+    num_style_feat = dec["num_style_feat"]
     different_w = _need(sd, "final_linear.weight").shape[0] != num_style_feat
     sft_half = _need(sd, "condition_scale.0.2.weight").shape[0] == _need(sd, "condition_scale.0.0.weight").shape[0]
-    model = GFPGANv1Clean(out_size=out_size, num_style_feat=num_style_feat, channel_multiplier=channel_multiplier,
-                          fix_decoder=False, num_mlp=num_mlp, input_is_latent=True, different_w=different_w,
-                          narrow=narrow, sft_half=sft_half)
+    model = GFPGANv1Clean(out_size=dec["out_size"], num_style_feat=num_style_feat,
+                          channel_multiplier=dec["channel_multiplier"], fix_decoder=False, num_mlp=dec["num_mlp"],
+                          input_is_latent=True, different_w=different_w, narrow=dec["narrow"], sft_half=sft_half)
     return check_and_load(model, sd, "gfpgan")
