@@ -22,7 +22,7 @@ by one: ``progressive_stage``).
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
