@@ -22,5 +22,5 @@ fi
 
 # The main job, on the embedded default photo, with no network.
 export HF_HUB_OFFLINE=1
-.venv/bin/python -m zoo anonymize zoo/assets/group.jpg --method blur --out outputs/demo
+.venv/bin/python -m zoo anonymize example:group --method blur,pixelate --key demo-secret --out outputs/demo
 echo "setup done: anonymized photo and its JSON report are in outputs/demo/"

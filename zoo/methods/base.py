@@ -182,7 +182,7 @@ class DeidMethod:
     def face_keys(self, secret: Secret | None, n: int, start: int = 0) -> list[KeyMaterial]:
         """One key per face, face ``i`` keyed by (secret, method name, i)."""
         if secret is None:
-            return [Secret(new_secret()).derive(self.name, i) for i in range(start, start + n)]
+            secret = Secret(new_secret())  # one fresh secret (one KDF run); faces still get independent keys
         return [secret.derive(self.name, i) for i in range(start, start + n)]
 
     # ------------------------------------------------------------------ public API

@@ -1,0 +1,285 @@
+"""The full-photo pipeline on real photos: detection, FFHQ alignment, paste-back, baselines, fail-closed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from conftest import psnr_outside
+
+import zoo
+from zoo import pipeline as P
+from zoo.methods.base import DeidMethod
+
+
+def _grown(box, frac):
+    x0, y0, x1, y1 = box
+    w, h = x1 - x0, y1 - y0
+    return [x0 - frac * w, y0 - frac * h, x1 + frac * w, y1 + frac * h]
+
+
+# ---------------------------------------------------------------------- detection
+def test_detects_all_six_faces_sorted_left_to_right(t1_rgb, t1_faces):
+    assert len(t1_faces) == 6
+    cx = [f.center[0] for f in t1_faces]
+    assert cx == sorted(cx)
+    for f in t1_faces:
+        x0, y0, x1, y1 = f.box
+        assert 60 < x1 - x0 < 160 and 60 < y1 - y0 < 200  # the faces of t1.jpg are ~100 px
+        # every landmark inside its box; image-left eye first, mouth below the eyes
+        assert np.all((f.landmarks[:, 0] > x0) & (f.landmarks[:, 0] < x1))
+        assert np.all((f.landmarks[:, 1] > y0) & (f.landmarks[:, 1] < y1))
+        assert f.landmarks[0, 0] < f.landmarks[1, 0] and f.landmarks[3, 0] < f.landmarks[4, 0]
+        assert f.landmarks[3:, 1].mean() > f.landmarks[:2, 1].mean()
+
+
+def test_retinaface_detector_agrees_with_yunet(t1_rgb, t1_faces, monkeypatch):
+    pytest.importorskip("retinaface")
+    monkeypatch.setenv("ZOO_DETECTOR", "retinaface")
+    faces = P.detect_faces(t1_rgb)  # "auto" -> the environment variable
+    assert len(faces) == 6 and {f.detector for f in faces} == {"retinaface"}
+    for a, b in zip(faces, t1_faces):  # same order, same eyes within a few pixels
+        assert np.abs(a.landmarks[:2] - b.landmarks[:2]).max() < 10
+
+
+def test_unknown_detector_is_a_clear_error(t1_rgb):
+    with pytest.raises(ValueError, match="unknown face detector"):
+        P.detect_faces(t1_rgb, "nope")
+
+
+def test_large_and_small_images_map_boxes_back(t1_rgb, t1_faces):
+    import cv2
+
+    big = cv2.resize(t1_rgb, None, fx=2.5, fy=2.5, interpolation=cv2.INTER_LINEAR)  # 3200x2215: detected downscaled
+    faces = P.detect_faces(big)
+    assert len(faces) == 6
+    for a, b in zip(faces, t1_faces):
+        assert np.abs(a.landmarks / 2.5 - b.landmarks).max() < 10  # detector jitter at another scale
+    x0, y0, x1, y1 = t1_faces[2].box.astype(int)
+    small = np.ascontiguousarray(t1_rgb[max(0, y0 - 40) : y1 + 40, max(0, x0 - 40) : x1 + 40])  # ~180x220: upscaled
+    (one,) = P.detect_faces(small)
+    assert np.abs(one.landmarks - (t1_faces[2].landmarks - [max(0, x0 - 40), max(0, y0 - 40)])).max() < 10
+
+
+def test_close_up_crop_is_found_through_the_border_retry(t1_rgb, t1_faces):
+    crop = P.align_face(t1_rgb, t1_faces[2].landmarks, 256).crop
+    faces = P.detect_faces(crop)
+    assert len(faces) == 1
+    # its landmarks land near where the alignment put them
+    assert np.abs(faces[0].landmarks[:2] - P.align_face(t1_rgb, t1_faces[2].landmarks, 256).landmarks[:2]).max() < 12
+
+
+# ---------------------------------------------------------------------- alignment
+def test_ffhq_rule_known_numbers():
+    # frontal layout: eyes 50 px apart, mouth 50 px below -> |x| = max(2*50, 1.8*50) = 100, c = (125, 105)
+    lm = np.array([[100, 100], [150, 100], [125, 125], [105, 150], [145, 150]], float)
+    c, x, y = P.ffhq_quad(lm)
+    np.testing.assert_allclose(c, [125, 105])
+    np.testing.assert_allclose(x, [100, 0])
+    np.testing.assert_allclose(y, [0, 100])
+    m = P.alignment_matrix(lm, 200)  # 200 image px -> 200 crop px: pure translation
+    np.testing.assert_allclose(m[:, :2], np.eye(2), atol=1e-12)
+    np.testing.assert_allclose(lm[0] @ m[:, :2].T + m[:, 2], [74.5, 94.5])
+    # rotating the face rotates the crop frame, and the eyes end up in the same crop pixels
+    th = np.deg2rad(30)
+    rot = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
+    lm_r = (lm - 125) @ rot.T + 300
+    m_r = P.alignment_matrix(lm_r, 200)
+    np.testing.assert_allclose(lm_r @ m_r[:, :2].T + m_r[:, 2], lm @ m[:, :2].T + m[:, 2], atol=1e-9)
+
+
+def test_aligned_landmarks_sit_on_the_ffhq_template(t1_rgb, t1_faces):
+    size = 256
+    tpl = P.ffhq_template(size)
+    for f in t1_faces:
+        al = P.align_face(t1_rgb, f.landmarks, size)
+        assert al.crop.shape == (size, size, 3) and al.crop.dtype == np.uint8
+        lm = al.landmarks
+        eye_avg, mouth_avg = lm[:2].mean(0), lm[3:].mean(0)
+        # the FFHQ rule, exactly: crop side = 2 * max(2 * eye distance, 1.8 * eye-to-mouth) ...
+        e, m = np.hypot(*(lm[1] - lm[0])), np.hypot(*(mouth_avg - eye_avg))
+        assert max(2 * e, 1.8 * m) == pytest.approx(size / 2, rel=1e-9)
+        # ... centred on eye_avg + 0.1 * eye_to_mouth
+        np.testing.assert_allclose(eye_avg + 0.1 * (mouth_avg - eye_avg), [size / 2 - 0.5] * 2, atol=1e-9)
+        assert np.abs(eye_avg - tpl[:2].mean(0)).max() < 16  # near the mean FFHQ eye position
+        # the template mode is the least-squares similarity: never a worse fit than the FFHQ rule
+        al_t = P.align_face(t1_rgb, f.landmarks, size, mode="template")
+        assert ((al_t.landmarks - tpl) ** 2).sum() <= ((lm - tpl) ** 2).sum() + 1e-6
+        assert np.abs(al_t.landmarks - tpl).max() < 25
+
+
+def test_align_then_paste_back_unmodified_reproduces_the_photo(t1_rgb, t1_faces):
+    canvas = t1_rgb.copy()
+    for f in t1_faces:
+        al = P.align_face(t1_rgb, f.landmarks, 256)
+        canvas = P.paste_back(canvas, al.crop, al.matrix)
+    diff = np.abs(canvas.astype(int) - t1_rgb.astype(int))
+    inside = np.zeros(diff.shape[:2], bool)
+    for f in t1_faces:
+        x0, y0, x1, y1 = f.box.astype(int)
+        inside[y0:y1, x0:x1] = True
+    assert diff[inside].mean() < 2.5  # resampled twice: close, not exact
+    outside = np.ones(diff.shape[:2], bool)
+    for f in t1_faces:
+        x0, y0, x1, y1 = np.array(_grown(f.box, 0.3)).astype(int)
+        outside[max(y0, 0) : y1, max(x0, 0) : x1] = False
+    assert diff[outside].max() == 0  # exactly unchanged away from the faces
+
+
+def test_paste_back_replaces_the_face_and_nothing_else(t1_rgb, t1_faces):
+    f = t1_faces[2]
+    al = P.align_face(t1_rgb, f.landmarks, 256)
+    black = np.zeros_like(al.crop)
+    out = P.paste_back(t1_rgb, black, al.matrix)
+    assert out.shape == t1_rgb.shape and not np.shares_memory(out, t1_rgb)
+    nose = f.landmarks[2].round().astype(int)
+    assert out[nose[1], nose[0]].max() == 0  # the face centre is fully replaced
+    changed = np.any(out != t1_rgb, axis=-1)
+    ys, xs = np.nonzero(changed)
+    x0, y0, x1, y1 = _grown(f.box, 0.1)
+    assert xs.min() >= x0 and xs.max() <= x1 and ys.min() >= y0 and ys.max() <= y1
+
+
+def test_face_mask_shape_and_border():
+    m = P.face_mask(256)
+    assert m.shape == (256, 256) and m.dtype == np.float32
+    assert m.max() == 1.0 and m.min() == 0.0
+    assert m[0].max() == 0 and m[-1].max() == 0 and m[:, 0].max() == 0 and m[:, -1].max() == 0
+    tpl = P.ffhq_template(256)
+    for x, y in tpl.round().astype(int):  # eyes, nose, mouth all fully inside
+        assert m[y, x] == 1.0
+    assert 0.15 < m.mean() < 0.5
+    # landmarks given explicitly: the mask follows them
+    shifted = P.face_mask(256, tpl + [20, 0])
+    assert np.allclose(np.roll(m, 20, axis=1)[:, 30:-30], shifted[:, 30:-30], atol=1e-5)
+
+
+# ---------------------------------------------------------------------- baselines on the real photo
+@pytest.mark.parametrize("name", ["blur", "pixelate", "mask"])
+def test_baselines_defeat_dlib_and_keep_the_background(name, t1_rgb, t1_faces, dlib_judge):
+    method = zoo.load(name, device="cpu")
+    result = method.anonymize(t1_rgb)
+    out = np.asarray(result)
+    assert out.shape == t1_rgb.shape and result.image.size == (t1_rgb.shape[1], t1_rgb.shape[0])
+    report = result.report()
+    assert report["faces_found"] == 6 and report["fallbacks"] == []
+    assert psnr_outside(t1_rgb, out, [f.box for f in t1_faces]) >= 40.0
+    before = dlib_judge.embed_photo_faces(t1_rgb, t1_faces)
+    after = dlib_judge.embed_photo_faces(out, t1_faces, shapes_from=t1_rgb)
+    dist = dlib_judge.distance(before, after)
+    assert np.all(dist > dlib_judge.threshold), f"{name}: dlib distances {np.round(dist, 3)}"
+    assert not dlib_judge.same_person(before, after).any()
+
+
+def test_each_face_gets_its_own_key(t1_rgb, t1_faces):
+    noise = zoo.load("noise", device="cpu")
+    a = noise.anonymize(t1_rgb, key="alpha")
+    b = noise.anonymize(t1_rgb, key="alpha")
+    c = noise.anonymize(t1_rgb, key="beta")
+    assert np.array_equal(np.asarray(a), np.asarray(b))  # same key, same result
+    assert not np.array_equal(np.asarray(a), np.asarray(c))
+    assert a.key_fingerprint == zoo.Secret("alpha").fingerprint != c.key_fingerprint
+    # two faces never share noise: their aligned residuals differ
+    keys = noise.face_keys(zoo.Secret("alpha"), 2)
+    assert keys[0].seed != keys[1].seed
+
+
+# ---------------------------------------------------------------------- fail closed
+class _FailsOnFace(DeidMethod):
+    """Leaves crops as they are, except that face ``bad`` raises."""
+
+    name = "fails-on-face"
+    uses_key = True
+
+    def __init__(self, bad: int):
+        super().__init__()
+        self.bad = bad
+        self.calls = 0
+
+    def anonymize_faces(self, x, keys, **controls):
+        self.calls += 1
+        if any(k.label.endswith(f"face{self.bad}") for k in keys):
+            raise RuntimeError("simulated failure")
+        return x.clone()
+
+
+def test_a_face_that_fails_is_blurred_hard_and_reported(t1_rgb, t1_faces, dlib_judge):
+    torch.manual_seed(0)
+    m = _FailsOnFace(bad=3)
+    result = m.anonymize(t1_rgb, key="k")
+    out = np.asarray(result)
+    report = result.report()
+    assert report["fallbacks"] == [3]
+    assert [f["status"] for f in report["faces"]] == ["processed"] * 3 + ["fallback_blur"] + ["processed"] * 2
+    assert "simulated failure" in report["faces"][3]["error"]
+    before = dlib_judge.embed_photo_faces(t1_rgb, t1_faces)
+    after = dlib_judge.embed_photo_faces(out, t1_faces, shapes_from=t1_rgb)
+    dist = dlib_judge.distance(before, after)
+    assert dist[3] > 0.6  # the failed face is not recognisable
+    assert np.all(np.delete(dist, 3) < 0.2)  # the others went through the (identity) method
+    x0, y0, x1, y1 = t1_faces[3].box.astype(int)
+    assert np.abs(out[y0:y1, x0:x1].astype(int) - t1_rgb[y0:y1, x0:x1]).mean() > 15
+
+
+def test_aligned_crops_fail_closed_too(t1_rgb, t1_faces):
+    crops = [P.align_face(t1_rgb, f.landmarks, 256).crop for f in t1_faces[:3]]
+    results = _FailsOnFace(bad=1).anonymize(crops, key="k", aligned=True)
+    assert [r.faces[0].status for r in results] == ["processed", "fallback_blur", "processed"]
+    assert np.abs(np.asarray(results[0]).astype(int) - crops[0]).max() <= 1
+    assert np.abs(np.asarray(results[1]).astype(int) - crops[1]).mean() > 10
+
+
+def test_aligned_input_round_trip_sizes(t1_rgb, t1_faces):
+    blur = zoo.load("blur", device="cpu")
+    crop = P.align_face(t1_rgb, t1_faces[0].landmarks, 256).crop  # the method's native size
+    r = blur.anonymize(crop, aligned=True)
+    assert r.image.size == (256, 256) and r.aligned_input and len(r.faces) == 1
+    assert np.abs(np.asarray(r).astype(int) - crop).mean() > 3
+    assert np.array_equal(np.asarray(r)[:4], crop[:4])  # the crop border is outside the face mask
+    other = P.align_face(t1_rgb, t1_faces[0].landmarks, 200).crop  # resized in and out
+    r2 = blur.anonymize(other, aligned=True)
+    assert r2.image.size == (200, 200)
+    assert np.abs(np.asarray(r2)[:4].astype(int) - other[:4]).mean() < 4
+
+
+def test_blur_hard_destroys_detail(astronaut_rgb):
+    out = P.blur_hard(astronaut_rgb)
+    assert out.shape == astronaut_rgb.shape and out.dtype == np.uint8
+    lap = lambda a: np.abs(np.diff(a.astype(float), axis=0)).mean()  # noqa: E731
+    assert lap(out) < 0.1 * lap(astronaut_rgb)
+
+
+def test_bundled_examples_are_found_offline():
+    from zoo.assets import example_images
+    from zoo.imageio import load_image
+
+    ex = example_images()
+    assert {"astronaut", "coffee"} <= set(ex)
+    assert len(P.detect_faces(load_image(ex["astronaut"])[0])) == 1
+    assert P.detect_faces(load_image(ex["coffee"])[0]) == []
+    if "group" in ex:
+        assert len(P.detect_faces(load_image(ex["group"])[0])) == 6
+
+
+@pytest.mark.parametrize("judge_name", ["dlib", "sface"])
+def test_judges_match_the_same_face_and_separate_different_people(judge_name, t1_rgb, t1_faces):
+    import cv2
+
+    from zoo.judges import get_judge
+
+    judge = get_judge(judge_name)
+    emb = judge.embed_photo_faces(t1_rgb, t1_faces)
+    assert emb.shape == (6, judge.dim) and np.isfinite(emb).all()
+    # the same people in a rescaled copy of the photo: matched
+    small = cv2.resize(t1_rgb, None, fx=0.8, fy=0.8, interpolation=cv2.INTER_AREA)
+    faces_small = P.detect_faces(small)
+    emb_small = judge.embed_photo_faces(small, faces_small)
+    assert judge.same_person(emb, emb_small).all(), judge.distance(emb, emb_small)
+    # aligned crops of the same faces: matched too
+    crops = np.stack([P.align_face(t1_rgb, f.landmarks, 256).crop for f in t1_faces])
+    emb_aligned = judge.embed_aligned(crops)
+    assert judge.same_person(emb, emb_aligned).all(), judge.distance(emb, emb_aligned)
+    # six different people: no pair matched
+    pairs = [(i, j) for i in range(6) for j in range(i + 1, 6)]
+    d = judge.distance(emb[[i for i, _ in pairs]], emb[[j for _, j in pairs]])
+    assert (d > judge.distance_threshold).all(), np.round(d, 3)

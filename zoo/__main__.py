@@ -1,0 +1,7 @@
+"""``python -m zoo``: see :mod:`zoo.cli`."""
+
+import sys
+
+from .cli import main
+
+sys.exit(main())

