@@ -100,7 +100,12 @@ def load_original(path: str | Path) -> dict[str, Any]:
         from safetensors.torch import load_file
 
         return load_file(str(path))
-    return torch.load(str(path), map_location="cpu", weights_only=True)
+    # rosinality/pSp training checkpoints carry an argparse.Namespace of their options: a plain data
+    # object, allow-listed for the restricted unpickler (nothing else is).
+    import argparse
+
+    with torch.serialization.safe_globals([argparse.Namespace]):
+        return torch.load(str(path), map_location="cpu", weights_only=True)
 
 
 def check_and_load(module: torch.nn.Module, state: dict[str, torch.Tensor], what: str) -> torch.nn.Module:

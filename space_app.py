@@ -1,0 +1,841 @@
+"""The zoo's Gradio app (a Hugging Face Space): compare face de-identification methods side by side.
+
+    python space_app.py                  # http://127.0.0.1:7860 (PORT / GRADIO_SERVER_PORT to change)
+
+Tabs
+* Anonymize: a photo (upload, webcam or a bundled example) through any number of methods at once, each
+  with its own controls; per-face identity similarity to the original as measured by a judge model
+  (SFace by default), and the time each method took.
+* Recover: anonymize with a key, then recover with that key and with a wrong one, for every reversible
+  method; or recover an anonymized image saved earlier (the real use).
+* Diversity: one face, N keys, one row per method, with the mean pairwise identity similarity.
+
+Every result can be downloaded as a zip of PNGs with a JSON report per image (the key's fingerprint,
+never the key). Methods whose weights are not installed are listed as unavailable with the reason.
+
+Environment
+* ``ZOO_METHODS``: comma-separated methods to offer (default: every registered method).
+* ``ZOO_CHECKPOINTS``: a folder with ``<method>/`` checkpoints (``save_pretrained`` layout), used
+  instead of the Hub cache: ``zoo.load(name, local_dir=ZOO_CHECKPOINTS/name)``.
+* ``ZOO_APP_MAX_PIXELS`` (default 16 MP), ``ZOO_MAX_UPLOAD`` (default ``20mb``), ``ZOO_CONCURRENCY``
+  (default 2 jobs at a time), ``ZOO_QUEUE_SIZE`` (default 32), ``PORT`` / ``GRADIO_SERVER_PORT``,
+  ``GRADIO_SERVER_NAME``.
+* On a GPU Space the ``spaces`` package's ``GPU`` decorator wraps the heavy handlers (``ZOO_GPU_SECONDS``,
+  default 120, is its time budget per call); without it they run as they are (CUDA when available).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import inspect
+import itertools
+import json
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import gradio as gr
+import numpy as np
+from PIL import Image
+
+import zoo
+from zoo import imageio
+from zoo.keys import Secret, new_secret
+
+log = logging.getLogger("space_app")
+
+TITLE = "Face de-identification zoo"
+MAX_PIXELS = int(os.environ.get("ZOO_APP_MAX_PIXELS", 16_000_000))
+MAX_UPLOAD = os.environ.get("ZOO_MAX_UPLOAD", "20mb")
+CONCURRENCY = int(os.environ.get("ZOO_CONCURRENCY", 2))
+QUEUE_SIZE = int(os.environ.get("ZOO_QUEUE_SIZE", 32))
+MAX_KEYS = 8
+JUDGES = ("sface", "dlib")
+_CACHE_DIR = Path(tempfile.gettempdir()) / "deid_zoo_app"
+
+
+# ============================================================================ GPU decorator
+def _gpu_decorator() -> Callable[[Callable], Callable]:
+    """``spaces.GPU`` on a Hugging Face GPU Space, a no-op everywhere else."""
+    if importlib.util.find_spec("spaces") is None:
+        return lambda fn: fn
+    try:
+        import spaces
+
+        return spaces.GPU(duration=int(os.environ.get("ZOO_GPU_SECONDS", 120)))
+    except Exception as err:  # noqa: BLE001 - a broken `spaces` install must not stop the app
+        log.warning("spaces.GPU unavailable (%s); running without it", err)
+        return lambda fn: fn
+
+
+GPU = _gpu_decorator()
+
+
+# ============================================================================ methods
+@dataclass
+class MethodStatus:
+    """What the app knows about one method: whether it can run here and why not."""
+
+    name: str
+    available: bool
+    reason: str
+    summary: str = ""
+    reversible: bool = False
+    uses_key: bool = True
+    controls: tuple = ()
+    local_dir: str | None = None
+
+
+def _requested_methods() -> list[str]:
+    env = os.environ.get("ZOO_METHODS", "").strip()
+    if not env:
+        return zoo.list_methods()
+    return [m.strip().lower() for m in env.split(",") if m.strip()]
+
+
+def method_catalog(names: Sequence[str] | None = None, checkpoints: str | None = None) -> dict[str, MethodStatus]:
+    """Status of every method to offer, in order; never raises (a broken method is just unavailable)."""
+    names = list(names) if names is not None else _requested_methods()
+    checkpoints = checkpoints if checkpoints is not None else os.environ.get("ZOO_CHECKPOINTS")
+    out: dict[str, MethodStatus] = {}
+    for name in names:
+        try:
+            info = zoo.info(name)
+            cls = zoo.registry.get_method_class(name)
+        except Exception as err:  # noqa: BLE001 - unknown name or a module that does not import
+            out[name] = MethodStatus(name, False, _one_line(f"cannot be loaded: {err}"))
+            continue
+        local = Path(checkpoints) / name if checkpoints else None
+        if local is not None and local.is_dir():
+            available, reason, local_dir = True, f"local checkpoint {local}", str(local)
+        else:
+            available, reason, local_dir = bool(info.get("weights_available")), str(info.get("weights_status", "")), None
+        out[name] = MethodStatus(
+            name=name,
+            available=available,
+            reason=_one_line(reason),
+            summary=str(info.get("summary") or ""),
+            reversible=bool(info.get("reversible")),
+            uses_key=bool(info.get("uses_key", True)),
+            controls=tuple(getattr(cls, "controls", ())),
+            local_dir=local_dir,
+        )
+    return out
+
+
+def _one_line(text: str, limit: int = 160) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+_LOAD_LOCK = threading.Lock()
+_METHODS: dict[str, Any] = {}
+
+
+def get_method(status: MethodStatus):
+    """The loaded method (cached); raises :class:`MethodFailed` with a one-line reason when it cannot be loaded."""
+    with _LOAD_LOCK:
+        if status.name not in _METHODS:
+            try:
+                _METHODS[status.name] = zoo.load(status.name, local_dir=status.local_dir) if status.local_dir else zoo.load(status.name)
+            except Exception as err:  # noqa: BLE001
+                raise MethodFailed(f"{status.name}: could not load ({_one_line(f'{type(err).__name__}: {err}')})") from err
+        return _METHODS[status.name]
+
+
+class MethodFailed(RuntimeError):
+    """One method failed; the others still run and the failure is shown in its place."""
+
+
+# ============================================================================ judge
+_JUDGES: dict[str, Any] = {}
+_JUDGE_LOCK = threading.Lock()
+
+
+class Judge:
+    """Identity similarity between the faces of two photos, by a face recognizer the methods do not use.
+
+    Wraps a ``zoo.judges`` judge and reports its own metric (cosine for SFace, Euclidean distance for
+    dlib) with its published threshold; faces are measured at the positions found in the original.
+    """
+
+    def __init__(self, name: str):
+        from zoo import judges
+
+        self.name = name
+        self.model = judges.get_judge(name)
+        self.metric = self.model.metric
+        self.threshold = float(self.model.threshold)
+        self.higher_is_same = self.metric == "cosine"
+
+    def embed(self, rgb: np.ndarray, faces: list) -> list[np.ndarray | None]:
+        if not faces:
+            return []
+        embs = self.model.embed_photo_faces(np.ascontiguousarray(rgb), faces)
+        return [np.asarray(e, dtype=np.float64) for e in embs]
+
+    def score(self, a: np.ndarray | None, b: np.ndarray | None) -> float | None:
+        if a is None or b is None:
+            return None
+        return float(self.model.score(a, b)[0])
+
+    def same(self, value: float | None) -> bool | None:
+        if value is None:
+            return None
+        return value >= self.threshold if self.higher_is_same else value < self.threshold
+
+    @property
+    def column(self) -> str:
+        rule = f"same person when {'≥' if self.higher_is_same else '<'} {self.threshold:g}"
+        return f"{self.name} {self.metric} ({rule})"
+
+
+def get_judge(name: str) -> Judge | None:
+    with _JUDGE_LOCK:
+        if name not in _JUDGES:
+            try:
+                _JUDGES[name] = Judge(name)
+            except Exception as err:  # noqa: BLE001 - no judge means no similarity column, not a crash
+                log.warning("judge %s unavailable: %s", name, err)
+                _JUDGES[name] = None
+        return _JUDGES[name]
+
+
+# ============================================================================ images and examples
+def photo_input(**kwargs: Any) -> gr.Image:
+    """A ``gr.Image`` (filepath) that hands the uploaded file's path over untouched, so that a broken or
+    huge upload is read by ``zoo.imageio.load_image`` and reported as a readable error instead of failing
+    inside Gradio's own preprocessing (which opens the file with PIL first).
+
+    The instance's ``preprocess`` is replaced rather than subclassing ``gr.Image``: Gradio writes a ``.pyi``
+    stub next to any module that defines a component subclass."""
+    kwargs.setdefault("type", "filepath")
+    kwargs.setdefault("sources", ["upload", "webcam", "clipboard"])
+    image = gr.Image(**kwargs)
+    gradio_preprocess = image.preprocess
+
+    def preprocess(payload):
+        if payload is None:
+            return None
+        path = getattr(payload, "path", None)
+        url = getattr(payload, "url", None) or ""
+        if path and not url.startswith("data:"):
+            return str(path)
+        try:
+            return gradio_preprocess(payload)
+        except Exception as err:  # noqa: BLE001
+            raise gr.Error(f"That file is not an image this app can read ({type(err).__name__}).") from None
+
+    image.preprocess = preprocess
+    return image
+
+
+def read_photo(path: str | None) -> np.ndarray:
+    """uint8 RGB [H,W,3] of an uploaded file, or gr.Error with a readable reason."""
+    if not path:
+        raise gr.Error("Please upload a photo first (or pick an example).")
+
+    def say(err: Exception) -> str:  # the server's temp path means nothing to the user: show the file name
+        return str(err).replace(str(path), Path(path).name)
+
+    try:
+        rgb, _alpha = imageio.load_image(path, max_pixels=MAX_PIXELS)
+    except imageio.ImageTooLargeError as err:
+        raise gr.Error(f"Image too large: {say(err)}") from None
+    except imageio.InvalidImageError as err:
+        raise gr.Error(f"Not a readable image: {say(err)}") from None
+    except FileNotFoundError:
+        raise gr.Error("The uploaded file is gone; please upload it again.") from None
+    except Exception as err:  # noqa: BLE001
+        raise gr.Error(f"Cannot read this file as an image ({type(err).__name__}).") from None
+    return rgb
+
+
+def example_photos() -> list[str]:
+    """Example photos available offline: ``zoo.assets.example_images()`` (bundled photos and photos that
+    installed packages ship), else insightface's group photo and scikit-image's astronaut."""
+    try:
+        from zoo.assets import example_images
+
+        found = [str(p) for p in example_images().values()]
+        if found:
+            return found
+    except ImportError:
+        pass
+    found = []
+    spec = importlib.util.find_spec("insightface")
+    if spec is not None and spec.submodule_search_locations:
+        t1 = Path(list(spec.submodule_search_locations)[0]) / "data" / "images" / "t1.jpg"
+        if t1.is_file():
+            found.append(str(t1))
+    try:
+        from skimage import data as skdata
+
+        _CACHE_DIR.mkdir(parents=True, exist_ok=True)
+        astro = _CACHE_DIR / "astronaut.png"
+        if not astro.is_file():
+            Image.fromarray(skdata.astronaut()).save(astro)
+        found.append(str(astro))
+    except Exception as err:  # noqa: BLE001
+        log.info("no scikit-image example: %s", err)
+    return found
+
+
+def _detect(rgb: np.ndarray) -> list:
+    from zoo import pipeline
+
+    return pipeline.detect_faces(rgb)
+
+
+def _save_png(image: Image.Image | np.ndarray, folder: Path, name: str) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{name}.png"
+    (image if isinstance(image, Image.Image) else Image.fromarray(image)).save(path)
+    return str(path)
+
+
+def _run_dir(kind: str, keep_seconds: float = 3600.0) -> Path:
+    """A fresh folder for one request's files; folders and zips older than ``keep_seconds`` are removed."""
+    _CACHE_DIR.mkdir(parents=True, exist_ok=True)
+    now = time.time()
+    for old in _CACHE_DIR.iterdir():
+        try:
+            if old.name != "astronaut.png" and now - old.stat().st_mtime > keep_seconds:
+                shutil.rmtree(old) if old.is_dir() else old.unlink()
+        except OSError:
+            pass
+    return Path(tempfile.mkdtemp(prefix=f"{kind}_", dir=_CACHE_DIR))
+
+
+def _zip(folder: Path, name: str) -> str:
+    path = folder.parent / f"{folder.name}_{name}.zip"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for f in sorted(folder.iterdir()):
+            zf.write(f, arcname=f.name)
+    return str(path)
+
+
+# ============================================================================ controls
+def _control_component(method: str, c) -> gr.components.Component:
+    label = f"{method} {c.name}"
+    info = c.help or None
+    if c.kind in ("float", "int") and c.minimum is not None and c.maximum is not None:
+        step = 1 if c.kind == "int" else (float(c.maximum) - float(c.minimum)) / 100.0
+        return gr.Slider(minimum=c.minimum, maximum=c.maximum, value=c.default, step=step, label=label, info=info)
+    if c.kind in ("float", "int"):
+        return gr.Number(value=c.default, label=label, info=info, precision=0 if c.kind == "int" else None)
+    return gr.Textbox(value=str(c.default), label=label, info=info)
+
+
+def _control_inputs(catalog: dict[str, MethodStatus], only: Callable[[MethodStatus], bool] = lambda s: True):
+    """Build the control widgets of every available method; returns (components, [(method, control name)])."""
+    components, keys = [], []
+    for s in catalog.values():
+        if not (s.available and only(s)) or not s.controls:
+            continue
+        for c in s.controls:
+            components.append(_control_component(s.name, c))
+            keys.append((s.name, c.name))
+    return components, keys
+
+
+def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]]) -> Callable:
+    """``fn`` wrapped by the GPU decorator, with a signature naming every input (controls become
+    ``<method>_<control>``), so that API users (gradio_client) can pass them by name."""
+    wrapped = GPU(fn)
+    params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
+    params += [inspect.Parameter(f"{m}_{c}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for m, c in control_keys]
+    wrapped.__signature__ = inspect.Signature(params)
+    return wrapped
+
+
+def _controls_for(keys: list[tuple[str, str]], values: Sequence[Any], method: str) -> dict[str, Any]:
+    return {cname: v for (m, cname), v in zip(keys, values) if m == method and v is not None}
+
+
+# ============================================================================ shared bits
+@dataclass
+class FaceScores:
+    judge: Judge | None
+    faces: list
+    original: list = field(default_factory=list)
+
+    """The faces of the original photo and the judge's embeddings of them, to score results against."""
+
+    @classmethod
+    def of(cls, rgb: np.ndarray, judge_name: str | None) -> "FaceScores":
+        faces = _detect(rgb)
+        judge = get_judge(judge_name) if judge_name else None
+        original: list = []
+        if judge and faces:
+            try:
+                original = judge.embed(rgb, faces)
+            except Exception as err:  # noqa: BLE001 - a judge failure costs the scores, not the results
+                log.warning("judge %s failed on the original: %s", judge.name, err)
+                judge = None
+        return cls(judge, faces, original)
+
+    def against(self, rgb: np.ndarray) -> list[float | None]:
+        """The judge's score of every original face against the same place in ``rgb`` (None if it failed)."""
+        if not self.judge or not self.faces:
+            return []
+        try:
+            embs = self.judge.embed(rgb, self.faces)
+        except Exception as err:  # noqa: BLE001
+            log.warning("judge %s failed: %s", self.judge.name, err)
+            return [None] * len(self.faces)
+        return [self.judge.score(a, b) for a, b in zip(self.original, embs)]
+
+
+def _fmt(v: float | None) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def _scores_caption(scores: list[float | None], judge: Judge | None) -> str:
+    if judge is None or not scores:
+        return ""
+    return f"{judge.name}: " + ", ".join(_fmt(v) for v in scores)
+
+
+def _resolve(names: Sequence[str] | None, catalog: dict[str, MethodStatus], need_reversible: bool = False) -> list[MethodStatus]:
+    if not names:
+        raise gr.Error("Please choose at least one method.")
+    chosen = []
+    for n in names:
+        s = catalog.get(n)
+        if s is None:
+            raise gr.Error(f"Unknown method {n!r}.")
+        if not s.available:
+            raise gr.Error(f"{n} is not available here: {s.reason}")
+        if need_reversible and not s.reversible:
+            raise gr.Error(f"{n} is not reversible.")
+        chosen.append(s)
+    return chosen
+
+
+def _key_or_error(key: str | None, what: str = "key") -> str:
+    key = (key or "").strip()
+    if not key:
+        raise gr.Error(f"Please enter a {what} (any text).")
+    return key
+
+
+def _report(result, extra: dict[str, Any]) -> dict[str, Any]:
+    rep = result.report()
+    rep.update(extra)
+    return rep
+
+
+# ============================================================================ the three tasks
+def anonymize_photo(
+    catalog: dict[str, MethodStatus],
+    photo: str | None,
+    methods: Sequence[str],
+    key: str | None,
+    judge_name: str | None,
+    control_keys: list[tuple[str, str]],
+    control_values: Sequence[Any],
+):
+    """Anonymize tab: -> (gallery items, table rows, zip path, status markdown)."""
+    rgb = read_photo(photo)
+    chosen = _resolve(methods, catalog)
+    key = (key or "").strip() or None
+    scores = FaceScores.of(rgb, judge_name)
+    out_dir = _run_dir("anonymize")
+    gallery = [(_save_png(rgb, out_dir, "original"), f"original · {len(scores.faces)} face(s)")]
+    rows, notes = [], []
+    for s in chosen:
+        try:
+            m = get_method(s)
+            controls = _controls_for(control_keys, control_values, s.name)
+            t0 = time.perf_counter()
+            res = m.anonymize(rgb, key=key, **controls)
+            seconds = time.perf_counter() - t0
+        except (MethodFailed, ValueError) as err:
+            notes.append(f"**{s.name}** failed: {_one_line(str(err))}")
+            continue
+        except Exception as err:  # noqa: BLE001 - one method failing must not sink the others
+            log.exception("%s failed", s.name)
+            notes.append(f"**{s.name}** failed: {_one_line(f'{type(err).__name__}: {err}')}")
+            continue
+        out = np.asarray(res.image.convert("RGB"))
+        sims = scores.against(out)
+        path = _save_png(res.image, out_dir, s.name)
+        caption = f"{s.name} · {seconds:.2f} s"
+        if sims:
+            caption += " · " + _scores_caption(sims, scores.judge)
+        gallery.append((path, caption))
+        judge_info = None
+        if scores.judge:
+            judge_info = {"name": scores.judge.name, "metric": scores.judge.metric, "threshold": scores.judge.threshold, "per_face": sims}
+        (out_dir / f"{s.name}.json").write_text(json.dumps(_report(res, {"app_seconds": round(seconds, 4), "identity_judge": judge_info}), indent=2))
+        for i, face in enumerate(res.faces or [None]):
+            sim = sims[i] if i < len(sims) else None
+            same = scores.judge.same(sim) if scores.judge else None
+            rows.append([
+                s.name,
+                i if face is not None else "-",
+                _fmt(sim),
+                "-" if same is None else ("yes" if same else "no"),
+                face.status if face is not None else "no face found",
+                round(seconds, 3),
+            ])
+    if len(gallery) == 1:
+        raise gr.Error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
+    status = _status_line(scores, key, notes, keyed=any(s.uses_key for s in chosen))
+    return gallery, rows, _zip(out_dir, "anonymized"), status
+
+
+def _status_line(scores: FaceScores, key: str | None, notes: list[str], keyed: bool = True) -> str:
+    parts = [f"{len(scores.faces)} face(s) found."]
+    if key:
+        parts.append(f"Key fingerprint `{Secret(key).fingerprint}` (the key itself is never stored or shown).")
+    elif keyed:
+        parts.append("No key given: a random key was used and forgotten, so these results cannot be recovered.")
+    if scores.judge is None:
+        parts.append("No identity judge available here, so no similarity is shown.")
+    else:
+        parts.append(f"Similarity: {scores.judge.column}, per face, against the original.")
+    return " ".join(parts) + ("\n\n" + "\n\n".join(notes) if notes else "")
+
+
+def recover_roundtrip(
+    catalog: dict[str, MethodStatus],
+    photo: str | None,
+    methods: Sequence[str],
+    key: str | None,
+    wrong_key: str | None,
+    judge_name: str | None,
+    control_keys: list[tuple[str, str]],
+    control_values: Sequence[Any],
+):
+    """Recover tab: anonymize with ``key``; recover with ``key`` and with ``wrong_key``."""
+    rgb = read_photo(photo)
+    chosen = _resolve(methods, catalog, need_reversible=True)
+    key = _key_or_error(key)
+    wrong_key = (wrong_key or "").strip() or key + " (wrong)"
+    if wrong_key == key:
+        raise gr.Error("The wrong key must differ from the key.")
+    scores = FaceScores.of(rgb, judge_name)
+    out_dir = _run_dir("recover")
+    _save_png(rgb, out_dir, "original")
+    gallery, rows, notes = [], [], []
+    for s in chosen:
+        try:
+            m = get_method(s)
+            controls = _controls_for(control_keys, control_values, s.name)
+            t0 = time.perf_counter()
+            anon = m.anonymize(rgb, key=key, **controls)
+            anon_png = _save_png(anon.image, out_dir, f"{s.name}_anonymized")
+            # recover from the saved, lossless file, as a user would
+            right = m.recover(anon_png, key=key, **controls)
+            wrong = m.recover(anon_png, key=wrong_key, **controls)
+            seconds = time.perf_counter() - t0
+        except Exception as err:  # noqa: BLE001
+            log.exception("%s failed", s.name)
+            notes.append(f"**{s.name}** failed: {_one_line(f'{type(err).__name__}: {err}')}")
+            continue
+        row_scores = []
+        for label, res in (("anonymized", anon), ("recovered, right key", right), ("recovered, wrong key", wrong)):
+            sims = scores.against(np.asarray(res.image.convert("RGB")))
+            row_scores.append(sims)
+            path = anon_png if label == "anonymized" else _save_png(res.image, out_dir, f"{s.name}_{label.split(', ')[-1].replace(' ', '_')}")
+            cap = f"{s.name} · {label}" + (" · " + _scores_caption(sims, scores.judge) if sims else "")
+            gallery.append((path, cap))
+        reports = {"anonymized": anon.report(), "recovered_right_key": right.report(), "recovered_wrong_key": wrong.report()}
+        reports["wrong_key_fingerprint"] = Secret(wrong_key).fingerprint
+        (out_dir / f"{s.name}.json").write_text(json.dumps(reports, indent=2))
+        n = max((len(x) for x in row_scores), default=0)
+        for i in range(max(n, 1)):
+            pick = [(x[i] if i < len(x) else None) for x in row_scores]
+            rows.append([s.name, i if n else "-", *map(_fmt, pick), round(seconds, 3)])
+    if not gallery:
+        raise gr.Error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
+    status = (
+        f"Key `{Secret(key).fingerprint}`, wrong key `{Secret(wrong_key).fingerprint}`. "
+        "Recovery reads the anonymized PNG back from disk, as it would be after a download."
+    )
+    if notes:
+        status += "\n\n" + "\n\n".join(notes)
+    return gallery, rows, _zip(out_dir, "recovery"), status
+
+
+def recover_file(catalog: dict[str, MethodStatus], photo: str | None, method: str | None, key: str | None,
+                 control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
+    """Recover an anonymized image saved earlier: -> (image path, report JSON, zip path)."""
+    rgb = read_photo(photo)
+    if not method:
+        raise gr.Error("Please choose the method that anonymized the image.")
+    (s,) = _resolve([method], catalog, need_reversible=True)
+    key = _key_or_error(key, "key used to anonymize")
+    try:
+        m = get_method(s)
+        res = m.recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
+    except MethodFailed as err:
+        raise gr.Error(str(err)) from None
+    except ValueError as err:
+        raise gr.Error(_one_line(str(err))) from None
+    out_dir = _run_dir("recover_file")
+    path = _save_png(res.image, out_dir, f"{s.name}_recovered")
+    report = res.report()
+    (out_dir / f"{s.name}_recovered.json").write_text(json.dumps(report, indent=2))
+    return path, report, _zip(out_dir, "recovered")
+
+
+def diversity_grid(
+    catalog: dict[str, MethodStatus],
+    photo: str | None,
+    methods: Sequence[str],
+    n_keys: int,
+    base_key: str | None,
+    judge_name: str | None,
+    control_keys: list[tuple[str, str]],
+    control_values: Sequence[Any],
+):
+    """Diversity tab: the photo with N keys per method (one gallery row per method) and the mean
+    pairwise identity similarity of the largest face across the N results."""
+    rgb = read_photo(photo)
+    chosen = _resolve(methods, catalog)
+    n = int(n_keys or 4)
+    if not 2 <= n <= MAX_KEYS:
+        raise gr.Error(f"Choose between 2 and {MAX_KEYS} keys.")
+    base_key = (base_key or "").strip()
+    keys = [f"{base_key}#{i + 1}" if base_key else new_secret() for i in range(n)]
+    scores = FaceScores.of(rgb, judge_name)
+    main = None
+    if scores.faces:
+        main = max(range(len(scores.faces)), key=lambda i: scores.faces[i].width * scores.faces[i].height)
+    judge = scores.judge
+    out_dir = _run_dir("diversity")
+    gallery, rows, notes = [], [], []
+    for s in chosen:
+        try:
+            m = get_method(s)
+            controls = _controls_for(control_keys, control_values, s.name)
+            t0 = time.perf_counter()
+            results = [m.anonymize(rgb, key=k, **controls) for k in keys]
+            seconds = time.perf_counter() - t0
+        except Exception as err:  # noqa: BLE001
+            log.exception("%s failed", s.name)
+            notes.append(f"**{s.name}** failed: {_one_line(f'{type(err).__name__}: {err}')}")
+            continue
+        embs, to_orig = [], []
+        for j, res in enumerate(results):
+            out = np.asarray(res.image.convert("RGB"))
+            if judge is not None and main is not None:
+                e = judge.embed(out, [scores.faces[main]])[0]
+                embs.append(e)
+                to_orig.append(judge.score(scores.original[main], e))
+            cap = f"{s.name} · key {res.key_fingerprint or j + 1}"
+            if to_orig and to_orig[-1] is not None:
+                cap += f" · {judge.name} vs original {to_orig[-1]:.3f}"
+            gallery.append((_save_png(res.image, out_dir, f"{s.name}_{j + 1}"), cap))
+        pairs = [judge.score(a, b) for a, b in itertools.combinations(embs, 2)] if judge is not None else []
+        pairs = [p for p in pairs if p is not None]
+        mean_pair = float(np.mean(pairs)) if pairs else None
+        valid = [v for v in to_orig if v is not None]
+        mean_orig = float(np.mean(valid)) if valid else None
+        note = "" if s.uses_key else "ignores the key: every key gives the same result"
+        rows.append([s.name, n, _fmt(mean_pair), _fmt(mean_orig), round(seconds / n, 3), note])
+        (out_dir / f"{s.name}.json").write_text(json.dumps({
+            "method": s.name,
+            "results": [r.report() for r in results],
+            "face_index": main,
+            "identity_judge": None if judge is None else {"name": judge.name, "metric": judge.metric, "threshold": judge.threshold},
+            "mean_pairwise": mean_pair,
+            "mean_to_original": mean_orig,
+        }, indent=2))
+    if not gallery:
+        raise gr.Error("Every chosen method failed: " + "; ".join(x.replace("**", "") for x in notes))
+    status = (
+        f"{n} keys per method; each row of the grid is one method. Similarities are for face #{main} (the largest)."
+        if main is not None else f"{n} keys per method; no face was found, so no similarity is shown."
+    )
+    if notes:
+        status += "\n\n" + "\n\n".join(notes)
+    return gallery, rows, _zip(out_dir, "diversity"), status
+
+
+# ============================================================================ the app
+def _unavailable_md(catalog: dict[str, MethodStatus]) -> str:
+    off = [s for s in catalog.values() if not s.available]
+    if not off:
+        return ""
+    lines = ["**Unavailable here** (install the weights, or set `ZOO_CHECKPOINTS` to a folder with `<method>/` checkpoints):"]
+    lines += [f"- ~~{s.name}~~: {s.reason}" for s in off]
+    return "\n".join(lines)
+
+
+def _method_picker(catalog: dict[str, MethodStatus], label: str, only: Callable[[MethodStatus], bool] = lambda s: True,
+                   default: int = 2):
+    on = [s.name for s in catalog.values() if s.available and only(s)]
+    off = [s.name for s in catalog.values() if not s.available and only(s)]
+    picker = gr.CheckboxGroup(choices=on, value=on[:default], label=label, info=None if on else "no method can run here")
+    if off:
+        gr.CheckboxGroup(choices=off, value=[], label="Not installed (disabled)", interactive=False)
+    return picker
+
+
+def _gallery(label: str, columns: int, elem_id: str | None = None) -> gr.Gallery:
+    return gr.Gallery(label=label, columns=columns, height="auto", object_fit="contain", format="png",
+                      interactive=False, elem_id=elem_id)
+
+
+def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
+    """The Gradio Blocks app (queued, with a concurrency limit). ``catalog`` defaults to :func:`method_catalog`."""
+    catalog = method_catalog() if catalog is None else catalog
+    examples = example_photos()
+    judges = list(JUDGES)
+    reversible = [s.name for s in catalog.values() if s.available and s.reversible]
+
+    with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
+        gr.Markdown(
+            f"# {TITLE}\nFace de-identification methods side by side: every face in the photo is detected, aligned, "
+            "changed and pasted back; everything else stays as it was. The identity similarity is measured by a face "
+            "recognizer that none of the methods uses."
+        )
+        if _unavailable_md(catalog):
+            gr.Markdown(_unavailable_md(catalog))
+
+        # ------------------------------------------------------------------ Anonymize
+        with gr.Tab("Anonymize", id="anonymize"):
+            with gr.Row():
+                with gr.Column(scale=1):
+                    a_photo = photo_input(label="Photo", elem_id="anon_photo")
+                    if examples:
+                        gr.Examples(examples=[[p] for p in examples], inputs=[a_photo], label="Examples")
+                    a_methods = _method_picker(catalog, "Methods")
+                    a_key = gr.Textbox(value="", label="Key", type="password", elem_id="anon_key",
+                                       info="any text; keep it secret. Empty: a random key is used and forgotten (no recovery)")
+                    a_judge = gr.Dropdown(choices=judges, value=judges[0], label="Identity judge")
+                    with gr.Accordion("Method controls", open=False):
+                        a_ctrls, a_keys = _control_inputs(catalog)
+                        if not a_ctrls:
+                            gr.Markdown("The available methods have no controls besides the key.")
+                    a_run = gr.Button("Anonymize", variant="primary", elem_id="anon_run")
+                with gr.Column(scale=2):
+                    a_gallery = _gallery("Results (original first)", columns=3, elem_id="anon_gallery")
+                    a_status = gr.Markdown(elem_id="anon_status")
+                    a_table = gr.Dataframe(elem_id="anon_table",
+                        headers=["method", "face", "identity score vs original", "same person?", "status", "seconds"],
+                        label="Per face", interactive=False,
+                    )
+                    a_zip = gr.File(label="Download results with JSON reports", interactive=False)
+
+            def _anonymize(photo, methods, key, judge, *ctrl):
+                return anonymize_photo(catalog, photo, methods, key, judge, a_keys, ctrl)
+
+            _anonymize = _handler(_anonymize, ["photo", "methods", "key", "judge"], a_keys)
+            a_run.click(_anonymize, [a_photo, a_methods, a_key, a_judge, *a_ctrls], [a_gallery, a_table, a_zip, a_status],
+                        api_name="anonymize")
+
+        # ------------------------------------------------------------------ Recover
+        with gr.Tab("Recover", id="recover"):
+            if not reversible:
+                gr.Markdown("No reversible method is installed here, so there is nothing to recover with.")
+            gr.Markdown("### Anonymize, then recover with the right key and a wrong one")
+            with gr.Row():
+                with gr.Column(scale=1):
+                    r_photo = photo_input(label="Photo", elem_id="rec_photo")
+                    if examples:
+                        gr.Examples(examples=[[p] for p in examples], inputs=[r_photo], label="Examples")
+                    r_methods = _method_picker(catalog, "Reversible methods", only=lambda s: s.reversible, default=3)
+                    r_key = gr.Textbox(value=new_secret, label="Key", type="password", info="a fresh random key per visit; type your own to reuse it")
+                    r_wrong = gr.Textbox(value="", label="Wrong key", info="empty = the key with ' (wrong)' appended", type="password")
+                    r_judge = gr.Dropdown(choices=judges, value=judges[0], label="Identity judge")
+                    with gr.Accordion("Method controls", open=False):
+                        r_ctrls, r_keys = _control_inputs(catalog, only=lambda s: s.reversible)
+                    r_run = gr.Button("Anonymize and recover", variant="primary")
+                with gr.Column(scale=2):
+                    r_gallery = _gallery("anonymized · recovered (right key) · recovered (wrong key)", columns=3)
+                    r_status = gr.Markdown()
+                    r_table = gr.Dataframe(
+                        headers=["method", "face", "anonymized vs original", "right key vs original", "wrong key vs original", "seconds"],
+                        label="Identity score per face (judge metric)", interactive=False,
+                    )
+                    r_zip = gr.File(label="Download results with JSON reports", interactive=False)
+
+            def _roundtrip(photo, methods, key, wrong_key, judge, *ctrl):
+                return recover_roundtrip(catalog, photo, methods, key, wrong_key, judge, r_keys, ctrl)
+
+            _roundtrip = _handler(_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], r_keys)
+
+            r_run.click(_roundtrip, [r_photo, r_methods, r_key, r_wrong, r_judge, *r_ctrls], [r_gallery, r_table, r_zip, r_status],
+                        api_name="recover_roundtrip")
+
+            gr.Markdown("### Recover an anonymized image you saved (PNG; lossy formats lose what recovery needs)")
+            with gr.Row():
+                with gr.Column(scale=1):
+                    f_photo = photo_input(label="Anonymized image", sources=["upload", "clipboard"], elem_id="file_photo")
+                    f_method = gr.Dropdown(choices=reversible, value=reversible[0] if reversible else None, label="Method it was anonymized with")
+                    f_key = gr.Textbox(value="", label="Key", type="password")
+                    f_run = gr.Button("Recover", variant="primary")
+                with gr.Column(scale=2):
+                    f_out = gr.Image(label="Recovered", type="filepath", format="png", interactive=False)
+                    f_report = gr.JSON(label="Report")
+                    f_zip = gr.File(label="Download", interactive=False)
+
+            def _recover_file(photo, method, key, *ctrl):
+                return recover_file(catalog, photo, method, key, r_keys, ctrl)
+
+            _recover_file = _handler(_recover_file, ["photo", "method", "key"], r_keys)
+
+            f_run.click(_recover_file, [f_photo, f_method, f_key, *r_ctrls], [f_out, f_report, f_zip], api_name="recover_file")
+
+        # ------------------------------------------------------------------ Diversity
+        with gr.Tab("Diversity", id="diversity"):
+            with gr.Row():
+                with gr.Column(scale=1):
+                    d_photo = photo_input(label="Photo (the largest face is measured)", elem_id="div_photo")
+                    if examples:
+                        gr.Examples(examples=[[p] for p in examples], inputs=[d_photo], label="Examples")
+                    d_methods = _method_picker(catalog, "Methods")
+                    d_n = gr.Slider(minimum=2, maximum=MAX_KEYS, value=4, step=1, label="Number of keys")
+                    d_key = gr.Textbox(value="", label="Base key", info="empty = fresh random keys; else keys are '<base>#1', '<base>#2', ...", type="password")
+                    d_judge = gr.Dropdown(choices=judges, value=judges[0], label="Identity judge")
+                    with gr.Accordion("Method controls", open=False):
+                        d_ctrls, d_keys = _control_inputs(catalog)
+                    d_run = gr.Button("Make the grid", variant="primary")
+                with gr.Column(scale=2):
+                    d_gallery = _gallery("One row per method, one column per key", columns=4)
+                    d_status = gr.Markdown()
+                    d_table = gr.Dataframe(
+                        headers=["method", "keys", "mean pairwise identity score", "mean identity score vs original", "seconds per key", "note"],
+                        label="Diversity (SFace cosine: lower = more diverse; dlib distance: higher = more diverse)", interactive=False,
+                    )
+                    d_zip = gr.File(label="Download results with JSON reports", interactive=False)
+
+            def _diversity(photo, methods, n_keys, base_key, judge, *ctrl):
+                return diversity_grid(catalog, photo, methods, n_keys, base_key, judge, d_keys, ctrl)
+
+            _diversity = _handler(_diversity, ["photo", "methods", "n_keys", "base_key", "judge"], d_keys)
+
+            # one gallery row per method: as many columns as keys
+            d_n.change(lambda n: gr.Gallery(columns=int(n)), d_n, d_gallery, queue=False, api_visibility="private")
+            d_run.click(_diversity, [d_photo, d_methods, d_n, d_key, d_judge, *d_ctrls], [d_gallery, d_table, d_zip, d_status],
+                        api_name="diversity")
+
+    demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
+    return demo
+
+
+def launch(demo: gr.Blocks | None = None, *, server_port: int | None = None, server_name: str | None = None, **kwargs: Any):
+    """Launch with the app's limits (upload size); port from ``server_port``, ``PORT`` or ``GRADIO_SERVER_PORT``."""
+    demo = demo or build_app()
+    port = server_port or int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
+    kwargs.setdefault("max_file_size", MAX_UPLOAD)
+    kwargs.setdefault("show_error", False)  # gr.Error messages are shown; other exceptions are not dumped
+    kwargs.setdefault("allowed_paths", [str(_CACHE_DIR)] + [str(Path(p).parent) for p in example_photos()])
+    return demo.launch(server_port=port, server_name=server_name or os.environ.get("GRADIO_SERVER_NAME"), **kwargs)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO)
+    launch()

@@ -1,0 +1,299 @@
+"""The Gradio app (space_app.py) end to end: started on localhost, driven through gradio_client.
+
+Every tab must return images of the input's size for every method whose weights are installed here,
+bad uploads must come back as readable messages, and methods without weights must be shown disabled
+with their reason. Recovery needs a reversible method; the baselines are not reversible and the neural
+methods' weights are usually absent, so the module registers ``shift``, a tiny keyed colour shift that
+is invertible with the right key, to drive the Recover tab (real reversible methods join in when their
+weights are installed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import struct
+import zipfile
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from gradio_client import Client, handle_file  # noqa: E402
+
+import space_app  # noqa: E402
+import zoo  # noqa: E402
+from zoo import registry  # noqa: E402
+from zoo.keys import Secret  # noqa: E402
+from zoo.methods.base import Control, DeidMethod  # noqa: E402
+
+TIMEOUT = 120  # seconds for one request; the machine may be shared and slow
+KEY = "correct horse battery staple"
+TEST_METHODS = ("shift", "needs_weights", "toy")
+
+
+class KeyedShift(DeidMethod):
+    """Test method: adds a keyed colour offset ``amount * u`` (u uniform in [-1, 1]^3) to the face crop.
+
+    Recovery subtracts the offset of the given key, so the right key undoes it (up to paste-back
+    blending and clipping) and a wrong key does not.
+    """
+
+    name = "shift"
+    summary = "test-only keyed colour shift"
+    reversible = True
+    uses_key = True
+    resolution = 64
+    controls = (Control("amount", "float", 0.5, 0.0, 1.0, "offset size"),)
+
+    def _offset(self, x, keys, amount):
+        return amount * torch.stack([k.uniform(3) for k in keys]).to(x)[:, :, None, None]
+
+    def anonymize_faces(self, x, keys, amount=0.5):
+        return (x + self._offset(x, keys, amount)).clamp(-1, 1)
+
+    def recover_faces(self, y, keys, amount=0.5):
+        return (y - self._offset(y, keys, amount)).clamp(-1, 1)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _png_header_only(path: Path, width: int, height: int) -> Path:
+    """A PNG whose header claims ``width`` x ``height`` pixels, with a tiny (wrong) data block."""
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"\x00" * 16)) + chunk(b"IEND", b""))
+    return path
+
+
+@pytest.fixture(scope="module")
+def photo() -> Path:
+    """A real one-face photo shipped with scikit-image (the app's own example)."""
+    examples = [p for p in space_app.example_photos() if Path(p).stem == "astronaut"]
+    assert examples, "scikit-image's astronaut example is missing"
+    return Path(examples[0])
+
+
+@pytest.fixture(scope="module")
+def installed() -> list[str]:
+    return [m for m in zoo.list_methods() if m not in TEST_METHODS and zoo.info(m)["weights_available"]]
+
+
+@pytest.fixture(scope="module")
+def checkpoints(tmp_path_factory) -> Path:
+    """ZOO_CHECKPOINTS-style folder with a small random-init neural method (training/toy.py) in ``toy/``."""
+    from training.toy import ToyMethod, toy_config
+
+    torch.manual_seed(0)
+    root = tmp_path_factory.mktemp("checkpoints")
+    ToyMethod.from_config(toy_config()).save_pretrained(root / "toy")
+    return root
+
+
+@pytest.fixture(scope="module")
+def app(installed, checkpoints):
+    registry.register_method("shift", f"{__name__}:KeyedShift")
+    registry.register_method("needs_weights", f"{__name__}:KeyedShift", default_repo="zoo-test/never-downloaded")
+    # a neural method whose default weights are absent: usable only through the local checkpoint folder
+    registry.register_method("toy", "training.toy:ToyMethod", default_repo="zoo-test/toy-never-downloaded")
+    catalog = space_app.method_catalog([*installed, "shift", "needs_weights", "toy"], checkpoints=str(checkpoints))
+    demo = space_app.build_app(catalog)
+    _, url, _ = space_app.launch(demo, server_port=_free_port(), server_name="127.0.0.1", prevent_thread_lock=True,
+                                 quiet=True, max_file_size="2mb")
+    client = Client(url, verbose=False, download_files=True)
+    yield {"url": url, "client": client, "catalog": catalog, "demo": demo}
+    demo.close()
+    for name in ("shift", "needs_weights", "toy"):
+        registry._REGISTRY.pop(name, None)
+
+
+def _call(app, api_name: str, *args, **kwargs):
+    return app["client"].submit(*args, api_name=api_name, **kwargs).result(timeout=TIMEOUT)
+
+
+def _rgb(path) -> np.ndarray:
+    return np.asarray(Image.open(path).convert("RGB"))
+
+
+def _face_box(photo: Path) -> tuple[int, int, int, int]:
+    from zoo.pipeline import detect_faces
+
+    (face,) = detect_faces(_rgb(photo))
+    x0, y0, x1, y1 = face.box
+    w, h = x1 - x0, y1 - y0  # the inner half of the box: always inside the pasted face region
+    return int(x0 + w / 4), int(y0 + h / 4), int(x1 - w / 4), int(y1 - h / 4)
+
+
+def _err(a: np.ndarray, b: np.ndarray, box) -> float:
+    x0, y0, x1, y1 = box
+    return float(np.abs(a[y0:y1, x0:x1].astype(float) - b[y0:y1, x0:x1].astype(float)).mean())
+
+
+def test_catalog_marks_missing_weights_unavailable(app, checkpoints):
+    status = app["catalog"]["needs_weights"]
+    assert not status.available and "zoo-test/never-downloaded" in status.reason
+    assert app["catalog"]["shift"].available and app["catalog"]["shift"].reversible
+    toy = app["catalog"]["toy"]  # picked up from ZOO_CHECKPOINTS/<method>/
+    assert toy.available and toy.local_dir == str(checkpoints / "toy")
+    without = space_app.method_catalog(["toy"], checkpoints="")
+    assert not without["toy"].available and "zoo-test/toy-never-downloaded" in without["toy"].reason
+    # the page lists it in a disabled (non-interactive) checkbox group, with the reason in the text
+    config = app["demo"].get_config_file()
+    comps = config["components"]
+    disabled = [c for c in comps if c.get("type") == "checkboxgroup" and c["props"].get("interactive") is False]
+    assert any("needs_weights" in json.dumps(c["props"]["choices"]) for c in disabled)
+    texts = " ".join(str(c["props"].get("value")) for c in comps if c.get("type") == "markdown")
+    assert "needs_weights" in texts and "zoo-test/never-downloaded" in texts
+
+
+def test_anonymize_tab_every_installed_method(app, photo, installed):
+    methods = [*installed, "shift", "toy"]
+    gallery, table, zip_path, status = _call(app, "/anonymize", handle_file(str(photo)), methods, KEY, "sface")
+    original = _rgb(photo)
+    assert [g["caption"].split(" · ")[0] for g in gallery] == ["original", *methods]
+    box = _face_box(photo)
+    for item in gallery[1:]:
+        out = _rgb(item["image"])
+        assert out.shape == original.shape, item["caption"]
+        assert _err(out, original, box) > 2.0, f"{item['caption']}: the face did not change"
+        assert " s · sface: " in item["caption"]  # the time it took and the judge's per-face score
+    rows = table["data"]
+    assert [r[0] for r in rows] == methods  # one face in the photo -> one row per method
+    for r in rows:
+        assert -1.0 <= float(r[2]) <= 1.0 and r[3] in ("yes", "no") and r[4] == "processed"
+    fingerprint = Secret(KEY).fingerprint
+    assert fingerprint in status
+    with zipfile.ZipFile(zip_path) as zf:
+        names = set(zf.namelist())
+        assert {"original.png"} | {f"{m}.png" for m in methods} | {f"{m}.json" for m in methods} <= names
+        for m in methods:
+            report = json.loads(zf.read(f"{m}.json"))
+            assert report["method"] == m and report["faces_found"] == 1
+            assert report["image_size"] == [original.shape[1], original.shape[0]]
+            if m in ("shift", "toy"):  # keyed methods report the key's fingerprint
+                assert report["key_fingerprint"] == fingerprint
+            assert report["identity_judge"]["name"] == "sface" and len(report["identity_judge"]["per_face"]) == 1
+        assert all(KEY.encode() not in zf.read(n) for n in names)  # the key itself is never written
+
+
+def test_recover_tab_right_key_beats_wrong_key(app, photo):
+    # every reversible method with real weights, and the test shift (the toy checkpoint is untrained)
+    reversible = [s.name for s in app["catalog"].values() if s.available and s.reversible and s.name != "toy"]
+    gallery, table, zip_path, status = _call(app, "/recover_roundtrip", handle_file(str(photo)), reversible, KEY, "", "sface")
+    assert len(gallery) == 3 * len(reversible)
+    original, box = _rgb(photo), _face_box(photo)
+    for i, m in enumerate(reversible):
+        anon, right, wrong = (_rgb(g["image"]) for g in gallery[3 * i : 3 * i + 3])
+        assert anon.shape == right.shape == wrong.shape == original.shape
+        assert [g["caption"].split(" · ")[1] for g in gallery[3 * i : 3 * i + 3]] == [
+            "anonymized", "recovered, right key", "recovered, wrong key"]
+        e_anon, e_right, e_wrong = (_err(x, original, box) for x in (anon, right, wrong))
+        assert e_right < 0.5 * e_anon and e_right < 0.5 * e_wrong, (m, e_anon, e_right, e_wrong)
+    assert Secret(KEY).fingerprint in status and Secret(KEY + " (wrong)").fingerprint in status
+
+
+def test_recover_from_saved_file(app, photo, tmp_path):
+    m = zoo.load("shift")
+    anon = m.anonymize(str(photo), key=KEY, amount=0.8)
+    saved = tmp_path / "anonymized.png"
+    anon.image.save(saved)
+    out_path, report, zip_path = _call(app, "/recover_file", handle_file(str(saved)), "shift", KEY, shift_amount=0.8)
+    original, box = _rgb(photo), _face_box(photo)
+    out = _rgb(out_path)
+    assert out.shape == original.shape
+    assert _err(out, original, box) < 0.5 * _err(_rgb(saved), original, box)
+    assert report["operation"] == "recover" and report["key_fingerprint"] == Secret(KEY).fingerprint
+    with zipfile.ZipFile(zip_path) as zf:
+        assert sorted(zf.namelist()) == ["shift_recovered.json", "shift_recovered.png"]
+
+
+def test_diversity_tab_one_row_per_method(app, photo, installed):
+    methods = [*installed, "shift", "toy"]
+    n = 3
+    gallery, table, zip_path, status = _call(app, "/diversity", handle_file(str(photo)), methods, n, "", "sface")
+    assert len(gallery) == n * len(methods)
+    original = _rgb(photo)
+    for i, m in enumerate(methods):
+        row = [_rgb(g["image"]) for g in gallery[n * i : n * (i + 1)]]
+        assert all(g["caption"].startswith(m) for g in gallery[n * i : n * (i + 1)])
+        assert all(r.shape == original.shape for r in row)
+        if m in ("shift", "toy"):  # keyed methods: every key gives a different face
+            assert all(not np.array_equal(a, b) for a, b in zip(row, row[1:]))
+    rows = table["data"]
+    assert [r[0] for r in rows] == methods
+    for r in rows:
+        assert int(r[1]) == n and -1.0 <= float(r[2]) <= 1.0 and -1.0 <= float(r[3]) <= 1.0
+
+
+def test_bad_uploads_give_readable_errors(app, photo, tmp_path):
+    not_image = tmp_path / "notes.png"
+    not_image.write_text("this is a text file, not a picture\n" * 20)
+    huge = _png_header_only(tmp_path / "huge.png", 30000, 30000)
+    cases = [
+        (("/anonymize", handle_file(str(not_image)), ["shift"], KEY, "sface"), "Not a readable image"),
+        (("/anonymize", handle_file(str(huge)), ["shift"], KEY, "sface"), "Image too large"),
+        (("/diversity", handle_file(str(not_image)), ["shift"], 2, "", "sface"), "Not a readable image"),
+        (("/recover_file", handle_file(str(huge)), "shift", KEY), "Image too large"),
+        (("/anonymize", handle_file(str(photo)), [], KEY, "sface"), "choose at least one method"),
+        # a method without weights is not among the choices (Gradio itself refuses it, readably)
+        (("/anonymize", handle_file(str(photo)), ["needs_weights"], KEY, "sface"), "'needs_weights'"),
+        (("/recover_file", handle_file(str(photo)), "shift", ""), "enter a key"),
+    ]
+    for (api, *args), expected in cases:
+        with pytest.raises(Exception) as info:
+            _call(app, api, *args)
+        message = str(info.value)
+        assert expected in message, (api, message)
+        assert "Traceback" not in message and len(message) < 400
+
+
+def test_upload_over_the_size_limit_is_refused(app, tmp_path):
+    import httpx
+
+    big = tmp_path / "big.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 256, (1100, 1100, 3), dtype=np.uint8)).save(big)
+    assert big.stat().st_size > 2 * 1024 * 1024  # over the 2 MB limit the test server runs with
+    # the client reads the limit from the app's config and refuses with a readable message ...
+    with pytest.raises(ValueError, match="exceeds the maximum file size"):
+        _call(app, "/anonymize", handle_file(str(big)), ["shift"], KEY, "sface")
+    # ... and the server itself refuses the upload (what a browser hits)
+    with open(big, "rb") as f:
+        r = httpx.post(app["url"].rstrip("/") + "/gradio_api/upload", files={"files": ("big.png", f, "image/png")}, timeout=TIMEOUT)
+    assert r.status_code == 413, (r.status_code, r.text[:200])
+    assert "size" in r.text.lower()
+
+
+def test_zoo_methods_env_and_broken_checkpoint(monkeypatch, tmp_path, photo):
+    """ZOO_METHODS picks the methods; an unknown name or a checkpoint that does not load is reported, not raised."""
+    import gradio as gr
+
+    monkeypatch.setenv("ZOO_METHODS", "blur, no_such_method")
+    catalog = space_app.method_catalog(checkpoints="")
+    assert list(catalog) == ["blur", "no_such_method"]
+    assert catalog["blur"].available and not catalog["no_such_method"].available
+    assert "unknown method" in catalog["no_such_method"].reason
+
+    registry.register_method("toy_broken", "training.toy:ToyMethod", default_repo="zoo-test/toy-never-downloaded")
+    try:
+        (tmp_path / "toy_broken").mkdir()  # a checkpoint folder without any checkpoint in it
+        catalog = space_app.method_catalog(["blur", "toy_broken"], checkpoints=str(tmp_path))
+        assert catalog["toy_broken"].available  # the folder exists; loading is what fails
+        gallery, rows, zip_path, status = space_app.anonymize_photo(catalog, str(photo), ["blur", "toy_broken"], KEY, None, [], [])
+        assert [caption.split(" · ")[0] for _, caption in gallery] == ["original", "blur"]
+        assert "toy_broken" in status and "could not load" in status
+        with pytest.raises(gr.Error, match="Every chosen method failed"):
+            space_app.anonymize_photo(catalog, str(photo), ["toy_broken"], KEY, None, [], [])
+    finally:
+        registry._REGISTRY.pop("toy_broken", None)

@@ -1,0 +1,198 @@
+"""Hub model cards (hub_cards/): rendered from the template, methods.yaml and the evaluator's JSON, and
+parsed back by huggingface_hub's own ModelCard / ModelCardData parser."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+from huggingface_hub import ModelCard  # noqa: E402
+
+import hub_cards  # noqa: E402
+from hub_cards import CardError, NoResultsError, card_methods, render_card  # noqa: E402
+from hub_cards.__main__ import main as cli  # noqa: E402
+
+FACTS = yaml.safe_load(hub_cards.METHODS_YAML.read_text())
+PAPER_METHODS = ["hford", "dbaf", "ifadit", "ideudemon", "personal"]
+
+
+def _eval_json(path: Path, method: str, seed: int = 0) -> dict:
+    """An evaluator-style JSON with numbers drawn here (the test checks they reach the card unchanged)."""
+    rng = np.random.default_rng(seed)
+    data = {
+        "method": method,
+        "dataset": {"name": "bundled test photos", "hub_id": None, "split": "test", "num_images": int(rng.integers(5, 50))},
+        "judges": ["sface", "dlib"],
+        "command": f"python training/evaluate.py --method {method} --out eval.json",
+        "metrics": {
+            "id_similarity_sface": float(rng.uniform(0, 1)),
+            "recover_psnr": {"value": float(rng.uniform(20, 40)), "unit": "dB", "description": "PSNR of the recovered face"},
+            "wrong_key": {"id_similarity_sface": float(rng.uniform(0, 1))},
+            "notes": "not a number: must not appear as a metric",
+        },
+    }
+    path.write_text(json.dumps(data))
+    return data
+
+
+def test_every_paper_method_has_a_card():
+    assert sorted(card_methods()) == sorted(PAPER_METHODS)
+
+
+@pytest.mark.parametrize("method", PAPER_METHODS)
+def test_card_without_eval_parses_and_says_no_results(method):
+    text = render_card(method)
+    card = ModelCard(text)  # huggingface_hub's parser: YAML front matter + body
+    facts = FACTS[method]
+    data = card.data
+    assert data.license == facts["license"]
+    if facts["license"] == "other":
+        assert data.license_name == facts["license_name"] and data.license_link == facts["license_link"]
+    assert data.library_name == FACTS["common"]["library_name"]
+    assert method in data.tags and set(FACTS["common"]["tags"]) <= set(data.tags)
+    assert ("reversible" in data.tags) == facts["reversible"]
+    assert data.eval_results is None and "model-index" not in text  # no numbers without an eval file
+    body = card.text
+    assert "No measured results yet" in body
+    assert f'load("{method}"' in body
+    for stage in facts["stages"]:
+        assert f"training/train.py --method {method} --stage {stage} --config training/configs/{method}.yaml" in body
+    first_paragraph = facts["description"].strip().split("\n\n")[0].split("\n")[0]
+    assert first_paragraph in body  # the two-paragraph description
+    assert facts["bibtex"].strip().splitlines()[0] in body and "```bibtex" in body
+    assert "non-commercial" in body.lower() and "CC BY-NC-SA 4.0" in body  # FFHQ / StyleGAN licences
+    assert ("recover(" in body) == facts["reversible"]
+
+
+def test_card_with_eval_json_carries_exactly_the_measured_numbers(tmp_path):
+    data = _eval_json(tmp_path / "eval.json", "dbaf", seed=1)
+    text = render_card("dbaf", tmp_path / "eval.json", repo_id="someone/dbaf-test")
+    card = ModelCard(text)
+    results = {r.metric_name: r for r in card.data.eval_results}
+    m = data["metrics"]
+    expected = {
+        "id_similarity_sface": m["id_similarity_sface"],
+        "recover_psnr": m["recover_psnr"]["value"],
+        "wrong_key/id_similarity_sface": m["wrong_key"]["id_similarity_sface"],
+    }
+    assert set(results) == set(expected)  # the text entry is not a metric
+    for name, value in expected.items():
+        r = results[name]
+        assert r.metric_value == pytest.approx(value, abs=1e-6)
+        assert r.dataset_name == "bundled test photos" and r.dataset_split == "test"
+        assert r.task_type == "image-to-image"
+        assert f"| {name} | {value:.4g}" in card.text  # the table in the body
+    assert "No measured results yet" not in card.text
+    assert data["command"] in card.text and "sface, dlib" in card.text
+    assert 'snapshot_download("someone/dbaf-test")' in card.text  # how to load from this repo
+    assert "--push-to-hub someone/dbaf-test" in card.text
+    assert card.data.model_name == "face-deid-zoo-dbaf"
+
+
+def test_reads_the_evaluators_own_json():
+    """The layout training/evaluate.py writes: nested entries with value/ci95/n, and unavailable entries."""
+    import zoo
+    from training.evaluate import evaluate
+    from training.synthetic import synthetic_faces_uint8
+
+    import torch
+
+    torch.manual_seed(0)
+    images = synthetic_faces_uint8(4, seed=0, resolution=128)
+    result = evaluate(zoo.load("blur"), images, judges=("sface",), robustness=False, detection=False, landmarks=False, lpips=False)
+    result = json.loads(json.dumps(result, default=str))  # as read back from eval.json
+    (ev,) = hub_cards.load_evaluations(result, "blur")
+    rows = {r["key"]: r for r in ev["rows"]}
+    deid = result["metrics"]["privacy"]["sface"]["deid_rate"]
+    assert rows["privacy/sface/deid_rate"]["value"] == deid["value"]
+    assert rows["privacy/sface/deid_rate"]["value_text"].startswith(f"{deid['value']:.4g} [{deid['ci95'][0]:.3g}, {deid['ci95'][1]:.3g}]")
+    assert rows["quality/psnr"]["value"] == result["metrics"]["quality"]["psnr"]["value"]
+    assert result["metrics"]["quality"]["lpips"]["value"] is None and not any(k.startswith("quality/lpips") for k in rows)
+    assert not any(k.startswith("quality/fid") for k in rows)  # unavailable: never shown as a number
+    assert all(np.isfinite(r["value"]) for r in rows.values())
+
+
+def test_eval_json_for_another_method_or_broken_is_refused(tmp_path):
+    _eval_json(tmp_path / "hford.json", "hford")
+    with pytest.raises(NoResultsError, match="no results for 'dbaf'"):
+        render_card("dbaf", tmp_path / "hford.json")
+    (tmp_path / "broken.json").write_text("{not json")
+    with pytest.raises(CardError, match="not valid JSON"):
+        render_card("dbaf", tmp_path / "broken.json")
+    with pytest.raises(CardError, match="no card facts"):
+        render_card("not-a-method")
+
+
+def test_training_info_adds_metadata():
+    text = render_card("personal", training={"datasets": ["someone/faces"], "base_model": "someone/arcface", "steps": 1234})
+    card = ModelCard(text)
+    assert card.data.datasets == ["someone/faces"] and card.data.base_model == ["someone/arcface"]
+    assert "- steps: 1234" in card.text
+
+
+def test_cli_render_all_with_one_methods_eval(tmp_path, capsys):
+    data = _eval_json(tmp_path / "eval.json", "ifadit", seed=2)
+    out = tmp_path / "cards"
+    assert cli(["render", "--eval-json", str(tmp_path / "eval.json"), "--out", str(out)]) == 0
+    assert sorted(p.stem for p in out.glob("*.md")) == sorted(PAPER_METHODS)
+    for method in PAPER_METHODS:
+        card = ModelCard((out / f"{method}.md").read_text())
+        if method == "ifadit":
+            assert card.data.eval_results[0].metric_value == pytest.approx(data["metrics"]["id_similarity_sface"], abs=1e-6)
+        else:
+            assert card.data.eval_results is None
+    assert cli(["render", "--method", "dbaf", "--eval-json", str(tmp_path / "eval.json"), "--out", str(out)]) == 2
+    assert "no results for 'dbaf'" in capsys.readouterr().err
+
+
+def _checkpoint(folder: Path, method: str) -> Path:
+    from safetensors.torch import save_file
+    import torch
+
+    (folder / "net").mkdir(parents=True)
+    (folder / "method.json").write_text(json.dumps({"method": method, "config": {}, "components": {}}))
+    save_file({"w": torch.zeros(2)}, str(folder / "net" / "model.safetensors"))
+    return folder
+
+
+def test_push_fails_clearly_before_uploading(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import HfApi
+
+    def no_upload(*args, **kwargs):
+        raise AssertionError("must not touch the Hub")
+
+    for name in ("create_repo", "create_commit", "upload_folder", "whoami"):
+        monkeypatch.setattr(HfApi, name, no_upload)
+    ckpt = _checkpoint(tmp_path / "ckpt", "dbaf")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CardError, match="HF_HUB_OFFLINE"):
+        hub_cards.push_to_hub("dbaf", "someone/dbaf", ckpt)
+    assert cli(["push", "--method", "dbaf", "--repo", "someone/dbaf", "--folder", str(ckpt)]) == 2
+    assert "nothing was uploaded" in capsys.readouterr().err
+    with pytest.raises(CardError, match="not 'hford'"):
+        hub_cards.push_to_hub("hford", "someone/hford", ckpt)
+    with pytest.raises(CardError, match="not found"):
+        hub_cards.push_to_hub("dbaf", "someone/dbaf", tmp_path / "missing")
+    with pytest.raises(CardError, match="owner/name"):
+        hub_cards.push_to_hub("dbaf", "no-slash", ckpt)
+    # online but without a token: still refused before any upload
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    monkeypatch.setattr(hub_cards, "_hub_offline", lambda: False)
+    monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
+    with pytest.raises(CardError, match="no Hugging Face token"):
+        hub_cards.push_to_hub("dbaf", "someone/dbaf", ckpt)
+
+
+def test_rendered_cards_are_current():
+    """hub_cards/rendered/ holds what the renderer makes now (run `python -m hub_cards render` after edits)."""
+    for method in PAPER_METHODS:
+        path = hub_cards.RENDERED_DIR / f"{method}.md"
+        assert path.is_file(), f"{path} missing: run python -m hub_cards render"
+        assert path.read_text() == render_card(method), f"{path} is stale: run python -m hub_cards render"
