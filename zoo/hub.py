@@ -67,8 +67,8 @@ def _qualname(obj: Any) -> str:
 
 def _import_qualname(name: str) -> type:
     module_name, _, cls_name = name.rpartition(".")
-    if not module_name.startswith("zoo."):
-        # Only our own classes may be instantiated from a (possibly downloaded) index file.
+    if not module_name.startswith(("zoo.", "training.")):
+        # Only our own classes (zoo.*, and training.* for toy/distilled helpers) may be instantiated from a (possibly downloaded) index file.
         raise ValueError(f"refusing to import component class {name!r}: not a zoo class")
     return getattr(importlib.import_module(module_name), cls_name)
 

@@ -338,7 +338,8 @@ class GFPGANv1Clean(HubModule):
                 out_rgbs.append(self.toRGB[i](feat))
 
         image, _ = self.stylegan_decoder([style_code], conditions, return_latents=return_latents,
-                                         input_is_latent=self.input_is_latent, randomize_noise=randomize_noise)
+                                         input_is_latent=self.input_is_latent, randomize_noise=randomize_noise,
+                                         noise=kwargs.get("noise"))  # optional explicit noise maps (seeded training)
         return image, out_rgbs
 
 

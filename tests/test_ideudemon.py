@@ -1,0 +1,331 @@
+"""IDEudemon: the Step-I dial (key-seeded, monotone in the SFace judge), the mesh backend's
+fit-then-render, the background carried over, batch independence, the shape-space command's
+reproducibility, the training losses, a checkpoint round trip through zoo.load, and the HeadNeRF
+backbone + converter on the official key layout."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from training.train import load_config
+from zoo.convert import ConversionError, get_converter
+from zoo.face3d import MeshHeadModel, load_shape_space
+from zoo.face3d.landmarks import FACE_OUTLINE, MIRROR_68
+from zoo.face3d.shape_space import load_shape_space as load_space_file, main_build
+from zoo.face3d.warp import polygon_mask
+from zoo.imageio import from_tensor, to_tensor
+from zoo.keys import Secret
+from zoo.methods.ideudemon import IDEudemon, id_noise
+from zoo.nn.headnerf import HeadNeRF, NeRFMLP, default_camera
+
+TINY = "training/configs/ideudemon_tiny.yaml"
+
+
+def _psnr(a: np.ndarray, b: np.ndarray, keep: np.ndarray) -> float:
+    mse = ((a[keep].astype(np.float64) - b[keep].astype(np.float64)) ** 2).mean()
+    return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
+
+
+def _keys(secret: str, n: int):
+    s = Secret(secret)
+    return [s.derive("ideudemon", i) for i in range(n)]
+
+
+@pytest.fixture(scope="module")
+def faces128() -> np.ndarray:
+    from training.synthetic import synthetic_faces_uint8
+
+    return synthetic_faces_uint8(8, seed=1, resolution=128)  # held out: the shipped space used seed 0
+
+
+@pytest.fixture(scope="module")
+def method() -> IDEudemon:
+    from pathlib import Path
+
+    torch.manual_seed(0)
+    cfg = load_config(Path(__file__).resolve().parents[1] / TINY)
+    return IDEudemon.from_config(cfg).to("cpu")
+
+
+@pytest.fixture(scope="module")
+def x64(faces128) -> torch.Tensor:
+    return to_tensor(faces128, 64)
+
+
+# ------------------------------------------------------------------ Step I: the dial
+def test_perturbation_is_eq3_with_clipping_and_key_noise():
+    keys = _keys("k", 3)
+    n = id_noise(keys, 100)
+    assert torch.equal(n[1], keys[1].normal(100, context="ideudemon/id-noise"))
+    assert abs(n.mean().item()) < 0.2 and 0.8 < n.std().item() < 1.2  # standard normal draws
+    z = torch.full((3, 100), 0.95)
+    zp = IDEudemon.perturb(z, n, 0.3)
+    assert torch.allclose(zp, (z + 0.3 * n).clamp(-1, 1))
+    assert zp.max().item() == 1.0 and (zp == 1.0).any()
+
+
+def test_zero_scale_fit_then_render_reproduces_the_input(faces128):
+    head = MeshHeadModel()
+    z, app, cam = head.fit(faces128[:4])
+    assert z.shape == (4, 100) and z.abs().max().item() <= 1.0
+    rec, mask = head.render(z, app, cam)
+    inside = head.source_mask(app, cam)[:, 0].numpy() > 0.5
+    rec_u8 = from_tensor(rec)
+    p0 = [_psnr(f, r, m) for f, r, m in zip(faces128[:4], rec_u8, inside)]
+    assert min(p0) > 38.0, p0  # measured 44-63 dB at 128 px: only the unmodelled shape residual moves pixels
+    assert mask.shape == (4, 1, 128, 128) and 0.08 < mask.mean().item() < 0.8
+    far, _ = head.render((z + 0.4 * id_noise(_keys("far", 4), 100)).clamp(-1, 1), app, cam)
+    p4 = [_psnr(f, r, m) for f, r, m in zip(faces128[:4], from_tensor(far), inside)]
+    assert all(b < a - 8.0 for a, b in zip(p0, p4)), (p0, p4)  # a perturbed render really is a different face geometry
+
+
+def test_identity_distance_grows_with_scale(faces128, sface_judge):
+    from zoo.pipeline import detect_faces
+
+    def embed(imgs):
+        out = []
+        for im in imgs:
+            f = detect_faces(im, "yunet")
+            out.append(sface_judge.embed_photo_faces(im, [max(f, key=lambda q: q.width)])[0] if f else sface_judge.embed_aligned(im)[0])
+        return np.stack(out)
+
+    faces = faces128[:4]
+    head = MeshHeadModel()
+    z, app, cam = head.fit(faces)
+    ref = embed(faces)
+    means = []
+    for scale in (0.05, 0.2, 0.4):
+        d = []
+        for k in range(2):
+            y, _ = head.render((z + scale * id_noise(_keys(f"dial{k}", 4), 100)).clamp(-1, 1), app, cam)
+            d.append(sface_judge.distance(ref, embed(from_tensor(y))))
+        means.append(float(np.mean(d)))
+    print("SFace distance at scales 0.05/0.2/0.4:", [round(m, 4) for m in means])
+    assert means[0] < means[1] < means[2], means
+    assert means[2] > means[0] + 0.04, means
+
+
+# ------------------------------------------------------------------ the method
+def test_same_image_key_and_scale_give_the_same_output(method, x64):
+    x = x64[:2]
+    with torch.no_grad():
+        a = method.anonymize_faces(x, _keys("alice", 2), scale=0.25)
+        b = method.anonymize_faces(x, _keys("alice", 2), scale=0.25)
+        c = method.anonymize_faces(x, _keys("bob", 2), scale=0.25)
+    assert a.shape == x.shape and torch.equal(a, b)
+    assert (a - c).abs().amax(dim=(1, 2, 3)).min().item() > 0.05  # another key, another face
+
+
+def test_batch_of_one_equals_a_row_of_a_batch_of_eight(method, x64):
+    keys = _keys("batch", 8)
+    with torch.no_grad():
+        y8 = method.anonymize_faces(x64, keys, scale=0.3)
+        y1 = method.anonymize_faces(x64[5:6], keys[5:6], scale=0.3)
+    assert torch.allclose(y8[5:6], y1, atol=1e-5), (y8[5:6] - y1).abs().max()
+
+
+def test_non_face_region_is_carried_over(method, x64):
+    x = x64[:4]
+    with torch.no_grad():
+        s1 = method.step_one(x, _keys("bg", 4), 0.4)
+        y = method.anonymize_faces(x, _keys("bg", 4), scale=0.4)
+    outside = (s1["head"] == 0).expand_as(x)
+    assert outside.float().mean().item() > 0.1  # synthetic faces fill most of the crop
+    assert torch.equal(y[outside], x[outside])  # hair, background, clothes: the input's own pixels
+    # Step I alone: outside the input face polygon (dilated 4%) the hybrid X_l is the input
+    import cv2
+
+    xu, xl = from_tensor(x), from_tensor(s1["x_l"])
+    src = method.head_model.source_vertices(s1["app"], s1["cam"])
+    k = cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (7, 7))
+    for f, o, v in zip(xu, xl, src):
+        keep = cv2.dilate((polygon_mask(v[FACE_OUTLINE], (64, 64)) > 0).astype(np.uint8), k) == 0
+        assert _psnr(f, o, keep) > 40.0
+
+
+def test_training_losses_reach_the_restorer_and_discriminators(method, x64):
+    method.train_generator = torch.Generator().manual_seed(3)
+    batch = {"image": x64[:2], "image_b": x64[2:4]}
+    for m in method.components.values():
+        m.train()
+    loss, logs = method.compute_losses(1, "g", batch, step=0)
+    assert torch.isfinite(loss) and {"l1", "per", "adv", "local", "fs", "id"} <= set(logs)
+    loss.backward()
+    g = [p.grad for p in method.components["restorer"].parameters() if p.grad is not None]
+    assert g and sum(float(t.abs().sum()) for t in g) > 0
+    method.train_generator = torch.Generator().manual_seed(4)
+    loss_d, logs_d = method.compute_losses(1, "d", batch, step=0)  # step 0: includes the lazy R1 term
+    assert torch.isfinite(loss_d) and {"d", "d_comp", "r1"} <= set(logs_d)
+    loss_d.backward()
+    for name in ("discriminator", "d_left_eye", "d_mouth"):
+        assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in method.components[name].parameters()), name
+    groups = method.trainable_parameters(1)
+    assert set(groups) == {"g", "d"} and len(groups["g"]) == len(list(method.components["restorer"].parameters()))
+    for m in method.components.values():
+        m.zero_grad(set_to_none=True)
+        m.eval()
+
+
+def test_checkpoint_round_trip_through_zoo_load(method, tmp_path, astronaut_rgb):
+    import zoo
+
+    method.save_pretrained(tmp_path / "m")
+    m2 = zoo.load("ideudemon", local_dir=str(tmp_path / "m"), device="cpu")
+    assert m2.reversible is False and m2.resolution == 64
+    info = m2.capabilities()
+    assert info["controls"]["scale"]["default"] == 0.25 and info["controls"]["scale"]["minimum"] == 0.05
+    np.testing.assert_array_equal(m2.head_model.space.id_basis, method.head_model.space.id_basis)
+    r1 = m2.anonymize(astronaut_rgb, key="secret", scale=0.25)
+    r2 = m2.anonymize(astronaut_rgb, key="secret", scale=0.25)
+    assert r1.report()["faces_found"] == 1 and r1.fallbacks == []
+    np.testing.assert_array_equal(np.asarray(r1), np.asarray(r2))
+    assert np.abs(np.asarray(r1).astype(int) - astronaut_rgb.astype(int)).max() > 0
+    with pytest.raises(ValueError):
+        m2.anonymize(astronaut_rgb, key="secret", scale=0.5)
+    with pytest.raises(NotImplementedError):
+        m2.recover(np.asarray(r1), key="secret")
+
+
+# ------------------------------------------------------------------ shape space
+def test_shape_space_command_is_reproducible_from_a_seed(tmp_path):
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    for out in (a, b):
+        main_build(["--n", "24", "--seed", "5", "--components", "12", "--out", str(out), "--quiet"])
+    sa, sb = load_space_file(a), load_space_file(b)
+    for name in ("mean", "id_basis", "id_scale", "exp_basis", "triangles", "ring"):
+        np.testing.assert_array_equal(getattr(sa, name), getattr(sb, name), err_msg=name)
+    assert sa.id_dim == 12 and sa.meta["seed"] == 5 and sa.meta["n"] == 24
+    # identity basis: orthonormal, orthogonal to the expression/pose basis
+    assert np.allclose(sa.id_basis.T @ sa.id_basis, np.eye(12), atol=1e-5)
+    assert np.abs(sa.exp_basis.T @ sa.id_basis).max() < 1e-5
+
+
+def test_shipped_shape_space_is_symmetric_and_encodes_exactly():
+    space = load_shape_space()
+    assert space.id_dim == 100 and space.exp_dim == 8
+    mirrored = space.mean.copy()
+    mirrored[:, 0] *= -1
+    assert np.abs(mirrored[MIRROR_68] - space.mean).max() < 1e-4  # mirrored training shapes -> symmetric mean
+    g = np.random.default_rng(0)
+    z, e = g.uniform(-0.8, 0.8, 100), g.normal(0, 0.02, 8)
+    sim = np.array([[80.0, -10.0, 128.0], [10.0, 80.0, 120.0]])
+    z2, e2, sim2, _ = space.encode(space.decode(z, e, sim))
+    assert np.allclose(z2, z, atol=1e-3) and np.allclose(e2, e, atol=1e-4) and np.allclose(sim2, sim, atol=1e-3)
+
+
+# ------------------------------------------------------------------ HeadNeRF backbone
+def _official_headnerf_state(featmap_size: int, featmap_nc: int, img_size: int, hidden: int = 384) -> dict:
+    """Key names and shapes written from the official HeadNeRFNet (include_vd=False, hier_sampling=False)."""
+    vp, vd = 179 + 63, 127
+    sd = {}
+    for i in range(8):
+        c_in = vp if i == 0 else (hidden + vp if i == 5 else hidden)
+        sd[f"fg_CD_predictor.FeaExt_module_{i}.weight"] = torch.randn(hidden, c_in, 1, 1)
+        sd[f"fg_CD_predictor.FeaExt_module_{i}.bias"] = torch.randn(hidden)
+    for name, (o, i) in {"density_module": (1, hidden), "RGB_layer_0": (hidden, hidden), "RGB_layer_1": (hidden // 2, hidden + vd), "RGB_layer_2": (featmap_nc, hidden // 2)}.items():
+        sd[f"fg_CD_predictor.{name}.weight"] = torch.randn(o, i, 1, 1)
+        sd[f"fg_CD_predictor.{name}.bias"] = torch.randn(o)
+    n_blocks = int(np.log2(img_size // featmap_size))
+    ch = lambda i: max(featmap_nc // 2**i, 32)  # noqa: E731
+    sd["neural_render.bg_featmap"] = torch.ones(1, featmap_nc, featmap_size, featmap_size)
+    for i in range(n_blocks):
+        c = ch(i)
+        sd[f"neural_render.feat_upsample_list.{i}.layer_1.weight"] = torch.randn(2 * c, c, 1, 1)
+        sd[f"neural_render.feat_upsample_list.{i}.layer_1.bias"] = torch.randn(2 * c)
+        sd[f"neural_render.feat_upsample_list.{i}.layer_2.weight"] = torch.randn(4 * c, 2 * c, 1, 1)
+        sd[f"neural_render.feat_upsample_list.{i}.layer_2.bias"] = torch.randn(4 * c)
+        sd[f"neural_render.feat_upsample_list.{i}.blur_layer.f"] = torch.tensor([1.0, 2.0, 1.0])
+        sd[f"neural_render.feat_layers.{i}.weight"] = torch.randn(ch(i + 1), c, 1, 1)
+        sd[f"neural_render.feat_layers.{i}.bias"] = torch.randn(ch(i + 1))
+    sd["neural_render.rgb_upsample.1.f"] = torch.tensor([1.0, 2.0, 1.0])
+    sd["neural_render.feat_2_rgb_list.0.weight"] = torch.randn(3, featmap_nc, 1, 1)
+    sd["neural_render.feat_2_rgb_list.0.bias"] = torch.randn(3)
+    for i in range(n_blocks):
+        sd[f"neural_render.feat_2_rgb_list.{i + 1}.weight"] = torch.randn(3, ch(i + 1), 1, 1)
+        sd[f"neural_render.feat_2_rgb_list.{i + 1}.bias"] = torch.randn(3)
+    return sd
+
+
+@pytest.mark.parametrize("featmap_size,img_size", [(64, 512), (32, 512), (32, 256)])  # Reso64, Reso32HR, Reso32
+def test_headnerf_converter_loads_the_official_layout(featmap_size, img_size):
+    torch.manual_seed(0)
+    sd = _official_headnerf_state(featmap_size, 256, img_size)
+    para = {"featmap_size": featmap_size, "featmap_nc": 256, "pred_img_size": img_size}
+    model = get_converter("headnerf").fn({"para": para, "net": sd})
+    assert (model.featmap_size, model.featmap_nc, model.pred_img_size, model.include_vd) == (featmap_size, 256, img_size, False)
+    ours = model.state_dict()
+    assert set(ours) == set(sd)
+    for k in ("fg_CD_predictor.FeaExt_module_5.weight", "neural_render.feat_layers.0.weight", "neural_render.bg_featmap"):
+        assert torch.equal(ours[k], sd[k])
+    bad = dict(sd)
+    bad.pop("fg_CD_predictor.RGB_layer_2.bias")
+    with pytest.raises(ConversionError):
+        get_converter("headnerf").fn({"para": para, "net": bad})
+    fine = dict(sd, **{"fine_fg_CD_predictor.FeaExt_module_0.weight": sd["fg_CD_predictor.FeaExt_module_0.weight"]})
+    with pytest.raises(ConversionError):
+        get_converter("headnerf").fn({"para": para, "net": fine})
+
+
+def test_headnerf_renders_and_composites_like_volume_rendering():
+    torch.manual_seed(0)
+    net = HeadNeRF(featmap_size=4, featmap_nc=32, pred_img_size=16, mlp_hidden_nchannels=32, num_sample_coarse=8).eval()
+    cam = default_camera(2, featmap_size=4)
+    shape, app = torch.randn(2, 179) * 0.1, torch.randn(2, 127) * 0.1
+    with torch.no_grad():
+        out = net(shape, app, cam["rmats"], cam["tvecs"], cam["inv_inmats"])
+        assert out["image"].shape == (2, 3, 16, 16) and 0 <= out["image"].min() and out["image"].max() <= 1
+        assert out["alpha"].shape == (2, 1, 4, 4)
+        net.fg_CD_predictor.density_module.weight.zero_()
+        net.fg_CD_predictor.density_module.bias.fill_(-1.0)  # relu -> zero density everywhere: pure background
+        empty = net(shape, app, cam["rmats"], cam["tvecs"], cam["inv_inmats"])
+    assert torch.allclose(empty["alpha"], torch.zeros_like(empty["alpha"]))
+    assert torch.allclose(empty["image"], empty["bg_image"].expand_as(empty["image"]), atol=1e-6)
+    # the MLP is the official stack of 1x1 convolutions (skip concat after layer 4, conditioning before RGB_layer_1)
+    mlp = NeRFMLP(242, 127, n_layers=8, hidden=32, out_features=32)
+    torch.nn.init.constant_(mlp.density_module.bias, 0.5)
+    vp, vd = torch.randn(1, 242, 3, 5), torch.randn(1, 127, 3, 5)
+    h = vp
+    for i in range(8):
+        h = torch.relu(F.conv2d(h, getattr(mlp, f"FeaExt_module_{i}").weight, getattr(mlp, f"FeaExt_module_{i}").bias))
+        h = torch.cat([vp, h], 1) if i == 4 else h
+    ref_density = torch.relu(F.conv2d(h, mlp.density_module.weight, mlp.density_module.bias))
+    ref = F.conv2d(torch.relu(F.conv2d(torch.cat([F.conv2d(h, mlp.RGB_layer_0.weight, mlp.RGB_layer_0.bias), vd], 1),
+                                       mlp.RGB_layer_1.weight, mlp.RGB_layer_1.bias)), mlp.RGB_layer_2.weight, mlp.RGB_layer_2.bias)
+    with torch.no_grad():
+        feat_out, dens_out = mlp(vp, vd)
+    assert torch.allclose(feat_out, ref, atol=1e-4) and torch.allclose(dens_out, ref_density, atol=1e-4)
+    assert ref_density.abs().sum() > 0
+    # constant density sigma over segments delta: opacity 1 - exp(-sigma * sum(delta))
+    feat = torch.ones(1, 1, 1, 5)
+    dens, dists = torch.full((1, 1, 1, 5), 0.7), torch.full((1, 1, 1, 5), 0.4)
+    rgb, bg_alpha = HeadNeRF.composite(feat, dens, dists)
+    assert torch.allclose(1 - bg_alpha, torch.tensor(1 - np.exp(-0.7 * 2.0), dtype=torch.float32).view(1, 1, 1), atol=1e-5)
+    assert torch.allclose(rgb, 1 - bg_alpha, atol=1e-5)
+
+
+def test_headnerf_backend_fits_and_drives_the_method():
+    from zoo.face3d.headnerf import HeadNeRFHeadModel
+    from zoo.nn.gfpgan import GFPGANv1Clean
+
+    torch.manual_seed(0)
+    net = HeadNeRF(featmap_size=4, featmap_nc=32, pred_img_size=16, mlp_hidden_nchannels=32, num_sample_coarse=8)
+    with torch.no_grad():
+        net.fg_CD_predictor.density_module.bias.fill_(1.0)  # some matter in the volume, so codes get gradients
+    head = HeadNeRFHeadModel(net, iterations=3)
+    x = torch.rand(2, 3, 32, 32) * 2 - 1
+    with torch.inference_mode():  # as the zoo pipeline calls it
+        z, app, cam = head.fit(x)
+        img, mask = head.render(z, app, cam)
+    assert z.shape == (2, 100) and app.shape == (2, 206) and cam.size == (32, 32)
+    assert z.abs().sum() > 0  # the optimiser moved the identity code
+    assert img.shape == (2, 3, 32, 32) and -1 <= img.min() and img.max() <= 1 and mask.shape == (2, 1, 32, 32)
+    cfg = {"method": "ideudemon", "resolution": 32, "backend": "headnerf", "step1": {"iterations": 2}}
+    restorer = GFPGANv1Clean(out_size=32, num_style_feat=32, channel_multiplier=1, num_mlp=1, narrow=0.0625,
+                             input_is_latent=True, different_w=True, sft_half=True)
+    m = IDEudemon(cfg, {"restorer": restorer, "headnerf": net}).to("cpu")
+    with torch.inference_mode():
+        y = m.anonymize_faces(x, _keys("nerf", 2), scale=0.25)
+    assert y.shape == x.shape and torch.isfinite(y).all()
