@@ -205,15 +205,35 @@ def test_shape_space_command_is_reproducible_from_a_seed(tmp_path):
 
 def test_shipped_shape_space_is_symmetric_and_encodes_exactly():
     space = load_shape_space()
-    assert space.id_dim == 100 and space.exp_dim == 8
+    assert space.id_dim == 100 and space.exp_dim == 16
     mirrored = space.mean.copy()
     mirrored[:, 0] *= -1
     assert np.abs(mirrored[MIRROR_68] - space.mean).max() < 1e-4  # mirrored training shapes -> symmetric mean
     g = np.random.default_rng(0)
-    z, e = g.uniform(-0.8, 0.8, 100), g.normal(0, 0.02, 8)
+    z, e = g.uniform(-0.8, 0.8, 100), g.normal(0, 0.02, space.exp_dim)
     sim = np.array([[80.0, -10.0, 128.0], [10.0, 80.0, 120.0]])
     z2, e2, sim2, _ = space.encode(space.decode(z, e, sim))
     assert np.allclose(z2, z, atol=1e-3) and np.allclose(e2, e, atol=1e-4) and np.allclose(sim2, sim, atol=1e-3)
+
+
+def test_identity_changes_leave_expression_and_pose_measures_alone():
+    from zoo.face3d.shape_space import nuisance_measures
+
+    space = load_shape_space()
+    g = np.random.default_rng(1)
+    sim = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0]])
+    z, e = g.uniform(-0.5, 0.5, 100), np.zeros(space.exp_dim)
+    base = space.decode(z, e, sim)
+    m0 = nuisance_measures(base[None])[0]
+    d_id, d_rand = [], []
+    for _ in range(20):
+        delta = space.decode(np.clip(z + 0.4 * g.normal(size=100), -1, 1), e, sim) - base  # an identity change
+        rnd = g.normal(size=delta.shape)
+        rnd *= np.linalg.norm(delta) / np.linalg.norm(rnd)  # any shape change of the same size
+        d_id.append(np.abs(nuisance_measures((base + delta)[None])[0] - m0))
+        d_rand.append(np.abs(nuisance_measures((base + rnd)[None])[0] - m0))
+    ratio = np.mean(d_id, 0) / np.mean(d_rand, 0)
+    assert (ratio < 0.2).all(), dict(zip(("mouth", "smile", "eye_l", "eye_r", "brow_l", "brow_r", "yaw", "pitch"), ratio.round(3)))
 
 
 # ------------------------------------------------------------------ HeadNeRF backbone

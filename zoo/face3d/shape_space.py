@@ -5,11 +5,13 @@ A face's 68 landmarks ``L`` (pixels) are explained as a similarity transform of 
     L = s R (mean + B_id (z_id * id_scale) + B_exp z_exp) + t          (per point, x and y)
 
 * ``mean`` ``[68, 2]``: generalised-Procrustes mean (centroid 0, Frobenius norm 1, eye line horizontal).
-* ``B_exp`` ``[136, E]``: an orthonormal *nuisance* basis (expression and out-of-plane pose): the
-  directions along which the aligned shapes move with eight landmark measurements, estimated by
-  least squares over the training shapes: mouth opening (inner lips), smile (mouth corners vs. lip
-  centre), left/right eye opening, left/right brow raise, yaw proxy (nose tip vs. jaw midline),
-  pitch proxy (nose tip height between eyes and mouth). ``z_exp = B_exp^T d`` is kept as
+* ``B_exp`` ``[136, E]`` (E = 16): an orthonormal *nuisance* basis (expression and out-of-plane
+  pose) built from eight landmark measurements: mouth opening (inner lips), smile (mouth corners vs.
+  lip centre), left/right eye opening, left/right brow raise, yaw proxy (nose tip vs. jaw midline),
+  pitch proxy (nose tip height between eyes and mouth). It spans (a) the directions along which the
+  aligned training shapes move with each measurement (least-squares regression of the shapes on the
+  standardised measurements) and (b) the gradients of the measurements at the mean shape, so that an
+  identity change leaves all eight unchanged to first order. ``z_exp = B_exp^T d`` is kept as
   appearance and never perturbed.
 * ``B_id`` ``[136, K]``: PCA (K = 100 by default) of the aligned shapes after projecting out the
   nuisance basis and the four similarity directions (scale, in-plane rotation, x and y shift), so
@@ -50,6 +52,7 @@ __all__ = [
     "collect_photo_landmarks",
     "procrustes_align",
     "nuisance_measures",
+    "measure_gradients",
     "similarity_fit",
 ]
 
@@ -129,6 +132,19 @@ def nuisance_measures(aligned: np.ndarray) -> np.ndarray:
         (y[:, 30] - eyes_y) / (mouth_y - eyes_y).clip(1e-9),
     ]
     return np.stack(cols, axis=1)
+
+
+def measure_gradients(mean: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """``[136, E]`` gradients of :func:`nuisance_measures` at ``mean`` (central differences)."""
+    base = mean.reshape(-1)
+    grads = np.zeros((base.size, len(NUISANCE_NAMES)))
+    for j in range(base.size):
+        step = np.zeros_like(base)
+        step[j] = eps
+        hi = nuisance_measures((base + step).reshape(1, -1, 2))[0]
+        lo = nuisance_measures((base - step).reshape(1, -1, 2))[0]
+        grads[j] = (hi - lo) / (2 * eps)
+    return grads
 
 
 def _orthonormal(cols: np.ndarray, tol: float = 1e-10) -> np.ndarray:
@@ -323,12 +339,15 @@ def fit_shape_space(shapes: np.ndarray, components: int = 100, meta: dict[str, A
     sim_dirs = _similarity_directions(mean)
     d = d - (d @ sim_dirs) @ sim_dirs.T
 
-    # nuisance (expression / pose) directions: least-squares regression of the shapes on the measures
+    # nuisance (expression / pose) directions: (a) least-squares regression of the shapes on the
+    # measures (how faces move together with them), (b) the measures' gradients at the mean (so an
+    # identity change leaves every measure unchanged to first order)
     meas = nuisance_measures(aligned)
     meas = (meas - meas.mean(0)) / meas.std(0).clip(1e-12)
     coef, *_ = np.linalg.lstsq(meas, d, rcond=None)  # [E, 136]
-    coef = coef.T - sim_dirs @ (sim_dirs.T @ coef.T)
-    exp_basis = _fix_signs(_orthonormal(coef))
+    cols = np.concatenate([coef.T, measure_gradients(mean)], 1)
+    cols = cols - sim_dirs @ (sim_dirs.T @ cols)
+    exp_basis = _fix_signs(_orthonormal(cols / np.linalg.norm(cols, axis=0).clip(1e-12)))
 
     # identity: PCA of what is left
     both = np.concatenate([sim_dirs, exp_basis], 1)
