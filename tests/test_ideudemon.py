@@ -334,18 +334,18 @@ def test_headnerf_backend_fits_and_drives_the_method():
     net = HeadNeRF(featmap_size=4, featmap_nc=32, pred_img_size=16, mlp_hidden_nchannels=32, num_sample_coarse=8)
     with torch.no_grad():
         net.fg_CD_predictor.density_module.bias.fill_(1.0)  # some matter in the volume, so codes get gradients
-    head = HeadNeRFHeadModel(net, iterations=3)
-    x = torch.rand(2, 3, 32, 32) * 2 - 1
+    head = HeadNeRFHeadModel(net, iterations=2)
+    x = torch.rand(1, 3, 32, 32) * 2 - 1
     with torch.inference_mode():  # as the zoo pipeline calls it
         z, app, cam = head.fit(x)
         img, mask = head.render(z, app, cam)
-    assert z.shape == (2, 100) and app.shape == (2, 206) and cam.size == (32, 32)
+    assert z.shape == (1, 100) and app.shape == (1, 206) and cam.size == (32, 32)
     assert z.abs().sum() > 0  # the optimiser moved the identity code
-    assert img.shape == (2, 3, 32, 32) and -1 <= img.min() and img.max() <= 1 and mask.shape == (2, 1, 32, 32)
-    cfg = {"method": "ideudemon", "resolution": 32, "backend": "headnerf", "step1": {"iterations": 2}}
+    assert img.shape == (1, 3, 32, 32) and -1 <= img.min() and img.max() <= 1 and mask.shape == (1, 1, 32, 32)
+    cfg = {"method": "ideudemon", "resolution": 32, "backend": "headnerf", "step1": {"iterations": 1}}
     restorer = GFPGANv1Clean(out_size=32, num_style_feat=32, channel_multiplier=1, num_mlp=1, narrow=0.0625,
                              input_is_latent=True, different_w=True, sft_half=True)
     m = IDEudemon(cfg, {"restorer": restorer, "headnerf": net}).to("cpu")
     with torch.inference_mode():
-        y = m.anonymize_faces(x, _keys("nerf", 2), scale=0.25)
+        y = m.anonymize_faces(x, _keys("nerf", 1), scale=0.25)
     assert y.shape == x.shape and torch.isfinite(y).all()
