@@ -24,6 +24,17 @@ torch.set_num_threads(2)
 cv2.setNumThreads(2)
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """Tiny networks run faster on one torch thread (no sync overhead on a small, shared machine).
+
+    Use with ``pytestmark = pytest.mark.usefixtures("one_thread")`` in a test module."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def _package_file(package: str, *parts: str) -> Path | None:
     """A data file inside an installed package, found without importing the package."""
     spec = importlib.util.find_spec(package)

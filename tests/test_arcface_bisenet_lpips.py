@@ -24,13 +24,7 @@ from zoo.nn.vgg import VGG19Features, load_vgg19
 TINY_UNITS, TINY_CHANS = [1, 2, 1, 1], [16, 32, 48, 64]
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny convolutions run faster on one thread (no sync overhead on a shared 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------------------

@@ -19,13 +19,7 @@ from zoo.nn.psp import Encoder4Editing, GradualStyleEncoder, psp_decoder_checkpo
 TINY = dict(stage_units=[1, 2, 2, 1], channels=[16, 32, 48, 64], style_dim=24)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny convolutions run faster on one thread (no sync overhead on a shared 2-core machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 # ------------------------------------------------------------------------------------------------

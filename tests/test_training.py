@@ -24,13 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RES = 16
 
 
-@pytest.fixture(autouse=True, scope="module")
-def _one_thread():
-    """Tiny networks on a loaded 2-core machine run far faster on one thread."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")
