@@ -46,7 +46,11 @@ def tiny_config(name: str, **over) -> dict:
             "discriminator": {"channel_max": 16},
         },
         "identity_encoder": None,
-        "stages": {1: {"lambdas": LAMBDAS1, "r1": {"gamma": 10, "every": 2}}, 2: {"lambdas": LAMBDAS2, "r1": {"gamma": 10, "every": 2}}},
+        "stages": {
+            0: {"lambdas": {"rec": 1.0, "reg": 0.01, "adv": 1.0}},
+            1: {"lambdas": LAMBDAS1, "r1": {"gamma": 10, "every": 2}},
+            2: {"lambdas": LAMBDAS2, "r1": {"gamma": 10, "every": 2}},
+        },
     }
     cfg.update(over)
     return cfg
@@ -296,13 +300,15 @@ def test_training_losses_reach_the_trained_parts(cls):
     batch = {"image": faces(2, seed=1), "image_b": faces(2, seed=2)}
     for comp in m.components.values():
         comp.train()
-    for stage in (1, 2):
+    for stage in (0, 1, 2):
         groups = m.trainable_parameters(stage)
         assert list(groups) == ["d", "g"]
         g_ids = {id(p) for p in groups["g"]}
-        assert not g_ids & {id(p) for p in m.encoder.parameters()}  # e4e frozen
+        # e4e frozen in the papers' stages; trained only by the backbone stage 0 (no pretrained weights)
+        assert bool(g_ids & {id(p) for p in m.encoder.parameters()}) == (stage == 0)
         assert not g_ids & {id(p) for p in m.generator.style.parameters()}  # mapping makes keys only
         assert (id(next(m.editor.parameters())) in g_ids) == (stage == 2)  # cMLP/KRIA: stage 2 only
+        assert (id(next(m.disentangler.parameters())) in g_ids) == (stage > 0)
         for group, params in groups.items():
             for p in m.components.values():
                 p.requires_grad_(False)
@@ -314,7 +320,9 @@ def test_training_losses_reach_the_trained_parts(cls):
             loss.backward()
             reached = [p for p in params if p.grad is not None and p.grad.abs().sum() > 0]
             assert len(reached) > 0.5 * len(params), (stage, group)
-        if stage == 1:
+        if stage == 0:
+            assert {"rec", "reg", "adv"} <= set(logs)
+        elif stage == 1:
             assert {"c", "rec", "reg", "adv"} <= set(logs)
         else:
             assert {"id", "rev", "dif"} <= set(logs)
@@ -484,3 +492,53 @@ def test_official_files_convert_through_the_registry(tmp_path):
     direct = convert_dbaf_kria(_official_id_mlp(seed=2))
     for (k1, v1), (k2, v2) in zip(loaded.state_dict().items(), direct.state_dict().items()):
         assert k1 == k2 and torch.equal(v1, v2)
+
+
+def test_official_release_assembles_into_a_working_method(tmp_path):
+    """The five released files (e4e .pt, fine-tuned decoder, CID, MAAR, KRIA) -> one DBAF checkpoint.
+
+    Built here at 64 px from tiny modules written out in the authors' layouts (e4e: ``state_dict`` with
+    ``encoder.*`` + ``latent_avg`` + ``opts``; decoder: a rosinality state dict)."""
+    import zoo
+    from zoo.methods.dbaf import convert_official_dbaf
+
+    ref = build(DBAF, seed=6)
+    enc_sd = {f"encoder.{k}": v for k, v in ref.encoder.state_dict().items() if k != "latent_avg"}
+    e4e = {"state_dict": enc_sd, "latent_avg": torch.randn(10, 32), "opts": {"encoder_type": "Encoder4Editing", "output_size": 64}}
+    decoder = {k: v.clone() for k, v in ref.generator.state_dict().items()}
+    d, inner = 32, 14 * 2
+    cid = _official_cid(d=d, n=10, depth=1, heads=14, dim_head=2, mlp=32, seed=1)
+    feat = {"c3": 24, "c2": 16, "c1": 12}  # the tiny encoder's c3 / c2 / c1 widths
+    g = torch.Generator().manual_seed(2)
+    attr = {}
+    for c, cin in feat.items():
+        for k, shape in {
+            f"conv_{c}.weight": (16, cin, 1, 1), f"conv_{c}.bias": (16,),
+            f"cbam_{c}.ChannelGate.mlp.1.weight": (4, 16), f"cbam_{c}.ChannelGate.mlp.1.bias": (4,),
+            f"cbam_{c}.ChannelGate.mlp.3.weight": (16, 4), f"cbam_{c}.ChannelGate.mlp.3.bias": (16,),
+            f"cbam_{c}.SpatialGate.spatial.conv.weight": (1, 2, 7, 7), f"cbam_{c}.SpatialGate.spatial.bn.weight": (1,),
+            f"cbam_{c}.SpatialGate.spatial.bn.bias": (1,), f"cbam_{c}.SpatialGate.spatial.bn.running_mean": (1,),
+        }.items():  # fmt: skip
+            attr[k] = torch.randn(*shape, generator=g) * 0.1
+        attr[f"cbam_{c}.SpatialGate.spatial.bn.running_var"] = torch.ones(1)
+        attr[f"cbam_{c}.SpatialGate.spatial.bn.num_batches_tracked"] = torch.tensor(3)
+    widths = [2 * d, 4 * d, 2 * d, d, d]
+    mlp = {}
+    for k in range(3):
+        for i, (a, b) in enumerate(zip(widths[:-1], widths[1:])):
+            mlp[f"mapper.{k}.model.{i}.weight"] = torch.randn(b, a, generator=g) * 100
+            mlp[f"mapper.{k}.model.{i}.bias"] = torch.zeros(b)
+        mlp[f"mapper.{k}.model.4.weight"] = torch.randn(d, d, generator=g) * 0.05
+        mlp[f"mapper.{k}.model.4.bias"] = torch.zeros(d)
+    assert inner == 28
+    m = convert_official_dbaf(e4e, decoder, cid, attr, mlp)
+    assert m.disentangler.attention == "row" and len(m.disentangler.blocks) == 3
+    torch.testing.assert_close(m.encoder.latent_avg, e4e["latent_avg"])
+    m.save_pretrained(tmp_path / "official")
+    loaded = zoo.load("dbaf", local_dir=str(tmp_path / "official"), device="cpu")
+    x = faces(2, seed=4)
+    ks = keys_for("dbaf", ["k1", "k2"])
+    with torch.no_grad():
+        y = loaded.anonymize_faces(x, ks)
+        torch.testing.assert_close(y, m.to("cpu").anonymize_faces(x, ks))
+    assert torch.isfinite(y).all() and (y - x).abs().mean() > 1e-2

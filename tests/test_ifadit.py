@@ -21,6 +21,7 @@ from zoo.nn.flows import SecureIdentityFlow
 from zoo.nn.stylegan2 import Generator
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny networks: one torch thread is faster
 
 
 def tiny_config(resolution: int = 32) -> dict:
@@ -168,7 +169,7 @@ def test_save_load_roundtrip_and_new_process(method, tmp_path):
     # same secret, fresh interpreter -> the same anonymized crop
     np.save(tmp_path / "crop.npy", crop)
     code = (
-        "import sys, numpy as np; from zoo import load;"
+        f"import numpy as np, torch; torch.set_num_threads({torch.get_num_threads()}); from zoo import load;"
         f"m = load('ifadit', local_dir={str(tmp_path / 'ckpt')!r}, device='cpu');"
         f"np.save({str(tmp_path / 'out.npy')!r}, np.asarray(m.anonymize(np.load({str(tmp_path / 'crop.npy')!r}), key='same secret', aligned=True)))"
     )

@@ -31,6 +31,7 @@ from zoo.methods.personal import (
 )
 
 ROOT = Path(__file__).resolve().parents[1]
+pytestmark = pytest.mark.usefixtures("one_thread")  # tiny networks: one torch thread is faster
 
 
 def tiny_config() -> dict:
@@ -191,7 +192,7 @@ def test_checkpoint_roundtrip_with_library_and_new_process(method, tmp_path):
     assert np.array_equal(rec_a, np.asarray(loaded.recover(a, key="123456", aligned=True, level=7)))
     np.save(tmp_path / "crop.npy", crop)
     code = (
-        "import numpy as np; from zoo import load;"
+        f"import numpy as np, torch; torch.set_num_threads({torch.get_num_threads()}); from zoo import load;"
         f"m = load('personal', local_dir={str(tmp_path / 'ckpt')!r}, device='cpu');"
         f"np.save({str(tmp_path / 'out.npy')!r}, np.asarray(m.anonymize(np.load({str(tmp_path / 'crop.npy')!r}), key='123456', aligned=True, level=7)))"
     )

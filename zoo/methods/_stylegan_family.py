@@ -30,7 +30,6 @@ import math
 from typing import Any, ClassVar, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..hub import HubModule
@@ -298,14 +297,18 @@ class KeyedIdentityMLP(nn.Module):
     "seven-layer equal-linear block"), then a plain linear output layer d -> d.
     """
 
-    def __init__(self, style_dim: int = 512, n_extra: int = 4, lr_mul: float = 0.01):
+    def __init__(self, style_dim: int = 512, n_extra: int = 4, lr_mul: float = 0.01, zero_init_output: bool = False):
         super().__init__()
         d = style_dim
         widths = [2 * d, 4 * d, 2 * d, d] + [d] * n_extra
         layers: list[nn.Module] = [
             EqualLinear(a, b, lr_mul=lr_mul, activation="fused_lrelu") for a, b in zip(widths[:-1], widths[1:])
         ]
-        layers.append(nn.Linear(d, d))
+        out = nn.Linear(d, d)
+        if zero_init_output:  # start from I_hat = 0 (C_hat = A) instead of a random code of arbitrary scale
+            nn.init.zeros_(out.weight)
+            nn.init.zeros_(out.bias)
+        layers.append(out)
         self.layers = nn.Sequential(*layers)
 
     def forward(self, identity: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
@@ -323,11 +326,11 @@ class KeyedIdentityEditor(HubModule):
     trained by the recovery loss), so a wrong key gives yet another identity.
     """
 
-    def __init__(self, n_latent: int = 14, style_dim: int = 512, n_extra: int = 4, lr_mul: float = 0.01):
+    def __init__(self, n_latent: int = 14, style_dim: int = 512, n_extra: int = 4, lr_mul: float = 0.01, zero_init_output: bool = False):
         super().__init__()
         self.n_latent = n_latent
         self.sizes = level_sizes(n_latent)
-        self.mlps = nn.ModuleList(KeyedIdentityMLP(style_dim, n_extra, lr_mul) for _ in range(3))
+        self.mlps = nn.ModuleList(KeyedIdentityMLP(style_dim, n_extra, lr_mul, zero_init_output) for _ in range(3))
 
     def forward(self, identity: torch.Tensor, key: torch.Tensor) -> torch.Tensor:
         parts = zip(torch.split(identity, list(self.sizes), 1), torch.split(key, list(self.sizes), 1), self.mlps)
@@ -387,11 +390,14 @@ def _load_or_build(cls: type, spec: Any, kwargs: dict[str, Any]) -> nn.Module:
 
 
 class _TrainingMixin:
-    """The two training stages shared by HFORD and DBAF (pre-training / disentanglement stage 1,
-    anonymization stage 2). Method classes choose the per-paper details through class attributes
-    and :meth:`identity_terms` / :meth:`latent_reference`."""
+    """The training stages shared by HFORD and DBAF (pre-training / disentanglement stage 1,
+    anonymization stage 2, and the optional backbone stage 0). Method classes choose the per-paper
+    details through class attributes and :meth:`identity_terms` / :meth:`latent_reference`."""
 
-    stages: ClassVar[tuple[int, ...]] = (1, 2)
+    #: 1 and 2 are the papers' stages. 0 is not in the papers: it pre-trains the e4e encoder, the
+    #: retention module and the StyleGAN2 decoder as an autoencoder, standing in for the pretrained
+    #: FFHQ e4e / StyleGAN2 weights the papers start from, for configs that have none (offline, tiny).
+    stages: ClassVar[tuple[int, ...]] = (0, 1, 2)
     #: DBAF sums the image terms over its outputs (eq. 33-35, 37-38); HFORD applies them to each
     #: generated image (eq. 8-9, 14): we average there.
     sum_over_outputs: ClassVar[bool] = True
@@ -461,15 +467,20 @@ class _TrainingMixin:
 
     # -- protocol: parameters ---------------------------------------------------------------------
     def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
-        """{"d": discriminator, "g": disentangler + retention (+ editor in stage 2) + generator synthesis}.
+        """{"d": discriminator (when lambda adv > 0), "g": ...}.
 
-        Both stages train the decoder too (the authors' code fine-tunes it); its mapping network
-        (``style.*``) only makes keys and stays frozen. The e4e encoder is always frozen.
+        Stage 1: disentangler + retention + generator synthesis; stage 2: also the editor (both papers
+        train the decoder too: the authors' code fine-tunes it). The mapping network (``style.*``) only
+        makes keys and stays frozen; e4e is frozen (the papers). Stage 0 (backbone) trains e4e +
+        retention + generator synthesis.
         """
         if stage not in self.stages:
             raise ValueError(f"{self.name} has stages {self.stages}, not {stage}")
         g: list[nn.Parameter] = []
-        names = [self.disentangler_name, self.retention_name] + ([self.editor_name] if stage == 2 else [])
+        if stage == 0:
+            names = ["encoder", self.retention_name]
+        else:
+            names = [self.disentangler_name, self.retention_name] + ([self.editor_name] if stage == 2 else [])
         for name in names:
             g += list(self.components[name].parameters())
         if self.config.get("train_generator", True):
@@ -545,6 +556,17 @@ class _TrainingMixin:
         x_mix = self.synthesize(w_mix, p_attr["maps"])  # eq. (9)
         return {"x_attr": x_attr, "x_mix": x_mix, "same": same_dev, "w": [w_mix]}
 
+    def _backbone_pass(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """Stage 0 (not in the papers): X -> e4e -> W+ C and maps -> StyleGAN2 -> X_rec, no CID / KRIA.
+
+        With lambda ``rec_w`` > 0 the decoder also reconstructs from C alone (no maps), so that the
+        codes carry the face as a pretrained e4e's do instead of leaving it all to the maps."""
+        codes, feats = self.encode(batch["image"])
+        out = {"x_rec": self.synthesize(codes, self.retention(feats)), "w": [codes]}
+        if self._lambda(0, "rec_w") > 0:
+            out["x_rec_w"] = self.generator.synthesize(codes, noise_mode="const")
+        return out
+
     def _anonymization_pass(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
         """Stage 2 (DBAF eq. 19-28; HFORD IV-A: 2 anonymization passwords, 3 recovery passwords).
 
@@ -584,9 +606,13 @@ class _TrainingMixin:
     def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int):
         from .. import losses as L
 
-        self.encoder.eval()  # frozen e4e: its BatchNorm statistics must not follow the batch (authors: e4e.eval())
         lambdas = dict(self._stage_cfg(stage).get("lambdas", {}))
-        if stage == 1:
+        if stage > 0:
+            self.encoder.eval()  # frozen e4e: its BatchNorm statistics must not follow the batch (authors: e4e.eval())
+        if stage == 0:
+            out = self._backbone_pass(batch)
+            real, fakes = batch["image"], [out["x_rec"]]
+        elif stage == 1:
             out = self._mix_pass(batch)
             real, fakes = out["x_attr"], [out["x_mix"]]
         else:
@@ -610,9 +636,13 @@ class _TrainingMixin:
             return loss, logs
 
         terms: dict[str, Any] = {}
-        ref = self.latent_reference()
+        ref = self.latent_reference() if stage > 0 else None
         terms["reg"] = sum(L.latent_regularization_loss(w, ref) for w in out["w"]) / len(out["w"])  # eq. 15 / 36
-        if stage == 1:
+        if stage == 0:  # e4e's objective (Tov et al.): reconstruction + delta regulariser (+ LPIPS, adversarial)
+            terms.update(self._image_terms(batch["image"], fakes, stage))
+            if "x_rec_w" in out:
+                terms["rec_w"] = L.l1_loss(out["x_rec_w"], batch["image"])
+        elif stage == 1:
             target = out["x_attr"]
             e_mix, e_attr = self._embed(out["x_mix"]), self._embed(target).detach()
             dist = 1.0 - L.cosine_similarity(e_mix, e_attr)  # HFORD eq. 7, DBAF eq. 11
@@ -842,3 +872,72 @@ class ReconstructionBaseline(DeidMethod):
 
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
         return self.method.reconstruct(x).clamp(-1, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Command line: the training losses of a stage, measured on held-out batches
+# ------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def stage_losses(
+    cls: type,
+    config: str | dict,
+    stage: int,
+    model_dir: str,
+    batches: int = 8,
+    batch_size: int | None = None,
+    seed: int = 1234,
+) -> dict[str, float]:
+    """Mean of every logged generator-loss term of ``stage`` over ``batches`` batches, for the
+    checkpoint in ``model_dir`` (loaded into ``cls.from_config(config)``, components in eval mode).
+
+    Keys and batches are the same for every checkpoint (seeded), so two checkpoints (e.g. the start and
+    the end of stage 2) are compared on equal terms. With synthetic data the faces are held out (another
+    face seed); folder / Hub data are read as configured.
+    """
+    from training.data import build_source
+    from training.train import _load_init, load_config
+
+    cfg = load_config(config)
+    method = cls.from_config(cfg)
+    _load_init(method, model_dir)
+    method.to("cpu")
+    for comp in method.components.values():
+        comp.eval()
+    bs = int(batch_size or cfg["stages"][stage].get("batch_size", 4))
+    data = dict(cfg.get("data") or {"source": "synthetic"})
+    if data.get("source", "synthetic") == "synthetic":  # held-out faces: another face seed, unbounded set
+        data = {"source": "synthetic", "seed": int(data.get("seed", 0)) + 1_000_003, "size": None}
+    source = build_source(data, int(cfg["resolution"]), int(cfg.get("seed", 0)))
+    totals: dict[str, float] = {}
+    for b in range(batches):
+        batch = source.batch([b * bs + j for j in range(bs)])
+        method.train_generator = torch.Generator().manual_seed(seed + b)
+        _, logs = method.compute_losses(stage, "g", batch, step=1)
+        for k, v in logs.items():
+            totals[k] = totals.get(k, 0.0) + v / batches
+    return totals
+
+
+def cli(cls: type, argv: list[str] | None = None, extra: Any = None) -> None:
+    """``python -m zoo.methods.<dbaf|hford> stage-losses --config C --stage S --model DIR [DIR ...]``."""
+    import argparse
+    import json
+
+    ap = argparse.ArgumentParser(prog=f"python -m zoo.methods.{cls.name}")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("stage-losses", help="a stage's generator losses on held-out batches, per checkpoint")
+    c.add_argument("--config", required=True)
+    c.add_argument("--stage", type=int, required=True)
+    c.add_argument("--model", nargs="+", required=True, help="checkpoint folder(s), e.g. stage1/model stage2/model")
+    c.add_argument("--batches", type=int, default=8)
+    c.add_argument("--batch-size", type=int)
+    if extra is not None:
+        extra(sub)
+    args = ap.parse_args(argv)
+    if args.cmd == "stage-losses":
+        rows = {m: stage_losses(cls, args.config, args.stage, m, args.batches, args.batch_size) for m in args.model}
+        print(json.dumps(rows, indent=2))
+    else:
+        args.func(args)

@@ -29,7 +29,6 @@ The authors' released files (mrzhu-cool/DBAF: ``best_model_w_disentanglement.pth
 
 from __future__ import annotations
 
-import argparse
 import re
 from pathlib import Path
 from typing import Any, ClassVar, Mapping
@@ -255,11 +254,7 @@ def convert_official_dbaf(
     return DBAF(config, components)
 
 
-def _main(argv: list[str] | None = None) -> None:
-    from ..convert import load_original
-
-    ap = argparse.ArgumentParser(prog="python -m zoo.methods.dbaf", description=__doc__.split("\n\n")[0])
-    sub = ap.add_subparsers(dest="cmd", required=True)
+def _convert_command(sub) -> None:
     c = sub.add_parser("convert-official", help="convert the authors' released files into a zoo checkpoint folder")
     c.add_argument("--e4e", required=True, help="e4e_ffhq_encode_256.pt")
     c.add_argument("--decoder", required=True, help="best_model_decoder_finetune.pth")
@@ -267,7 +262,12 @@ def _main(argv: list[str] | None = None) -> None:
     c.add_argument("--attr-block", required=True, help="best_model_attr_block.pth")
     c.add_argument("--id-mlp", required=True, help="best_model_id_mlp.pth")
     c.add_argument("--out", required=True, help="output folder (load it with zoo.load('dbaf', local_dir=OUT))")
-    args = ap.parse_args(argv)
+    c.set_defaults(func=_convert)
+
+
+def _convert(args) -> None:
+    from ..convert import load_original
+
     method = convert_official_dbaf(
         load_original(args.e4e),
         load_original(args.decoder),
@@ -280,4 +280,6 @@ def _main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    _main()
+    from ._stylegan_family import cli
+
+    cli(DBAF, extra=_convert_command)

@@ -68,3 +68,9 @@ class HFORDReconstruction(ReconstructionBaseline):
 
     name = "hford-reconstruction"
     target = HFORD
+
+
+if __name__ == "__main__":
+    from ._stylegan_family import cli
+
+    cli(HFORD)
