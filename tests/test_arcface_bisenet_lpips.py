@@ -14,6 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from official_layouts import bn_shapes, irse_stem_and_body_shapes
 from zoo.convert import ConversionError, get_converter
 from zoo.hub import WeightsNotFoundError
 from zoo.nn.arcface import IResNet, IRSEArcFace, arcface_crop
@@ -32,28 +33,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # ------------------------------------------------------------------------------------------------
 
 
-def _bn(p: str, c: int) -> dict[str, tuple[int, ...]]:
-    return {f"{p}.weight": (c,), f"{p}.bias": (c,), f"{p}.running_mean": (c,), f"{p}.running_var": (c,), f"{p}.num_batches_tracked": ()}
+_bn = bn_shapes
 
 
 def irse_arcface_shapes(units, chans, emb=512, side=7) -> dict[str, tuple[int, ...]]:
     """model_ir_se50.pth layout: input_layer, body (IR-SE units), output_layer (BN2d, -, -, Linear, BN1d)."""
-    s = {"input_layer.0.weight": (chans[0], 3, 3, 3), **_bn("input_layer.1", chans[0]), "input_layer.2.weight": (chans[0],)}
-    i, in_c = 0, chans[0]
-    for n, d in zip(units, chans):
-        for _ in range(n):
-            p = f"body.{i}"
-            if in_c != d:
-                s[f"{p}.shortcut_layer.0.weight"] = (d, in_c, 1, 1)
-                s.update(_bn(f"{p}.shortcut_layer.1", d))
-            s.update(_bn(f"{p}.res_layer.0", in_c))
-            s[f"{p}.res_layer.1.weight"] = (d, in_c, 3, 3)
-            s[f"{p}.res_layer.2.weight"] = (d,)
-            s[f"{p}.res_layer.3.weight"] = (d, d, 3, 3)
-            s.update(_bn(f"{p}.res_layer.4", d))
-            s[f"{p}.res_layer.5.fc1.weight"] = (d // 16, d, 1, 1)
-            s[f"{p}.res_layer.5.fc2.weight"] = (d, d // 16, 1, 1)
-            i, in_c = i + 1, d
+    s = irse_stem_and_body_shapes(units, chans)
     s.update(_bn("output_layer.0", chans[-1]))
     s["output_layer.3.weight"] = (emb, chans[-1] * side * side)
     s["output_layer.3.bias"] = (emb,)

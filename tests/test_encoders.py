@@ -13,6 +13,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from official_layouts import bn_shapes, irse_stem_and_body_shapes
 from zoo.convert import ConversionError, get_converter
 from zoo.nn.psp import Encoder4Editing, GradualStyleEncoder, psp_decoder_checkpoint
 
@@ -27,30 +28,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 # ------------------------------------------------------------------------------------------------
 
 
-def _bn(prefix: str, c: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.weight": (c,), f"{prefix}.bias": (c,), f"{prefix}.running_mean": (c,), f"{prefix}.running_var": (c,), f"{prefix}.num_batches_tracked": ()}
+_bn = bn_shapes
 
 
 def official_encoder_shapes(units, chans, n_styles=14, style_dim=512, input_nc=3) -> dict[str, tuple[int, ...]]:
     """Key -> shape of a pSp/e4e ``encoder.*`` state dict (IR-SE units, SE reduction 16)."""
-    s: dict[str, tuple[int, ...]] = {"input_layer.0.weight": (chans[0], input_nc, 3, 3)}
-    s.update(_bn("input_layer.1", chans[0]))
-    s["input_layer.2.weight"] = (chans[0],)
-    i, in_c = 0, chans[0]
-    for n, d in zip(units, chans):
-        for _ in range(n):
-            p = f"body.{i}"
-            if in_c != d:
-                s[f"{p}.shortcut_layer.0.weight"] = (d, in_c, 1, 1)
-                s.update(_bn(f"{p}.shortcut_layer.1", d))
-            s.update(_bn(f"{p}.res_layer.0", in_c))
-            s[f"{p}.res_layer.1.weight"] = (d, in_c, 3, 3)
-            s[f"{p}.res_layer.2.weight"] = (d,)
-            s[f"{p}.res_layer.3.weight"] = (d, d, 3, 3)
-            s.update(_bn(f"{p}.res_layer.4", d))
-            s[f"{p}.res_layer.5.fc1.weight"] = (d // 16, d, 1, 1)
-            s[f"{p}.res_layer.5.fc2.weight"] = (d, d // 16, 1, 1)
-            i, in_c = i + 1, d
+    s = irse_stem_and_body_shapes(units, chans, input_nc)
     fpn = chans[3]
     for k in range(n_styles):
         spatial = 16 if k < 3 else 32 if k < 7 else 64
