@@ -297,3 +297,26 @@ def test_model_card_from_hub_cards(tmp_path):
             "config": {"data": {"source": "hub", "name": "someone/faces"}}}
     card = _render_card("dbaf", tmp_path, "me/dbaf-test", info)
     assert card is not None and "me/dbaf-test" in card and "someone/faces" in card
+
+
+def test_two_process_ddp_on_cpu(tmp_path):
+    """The distributed path (accelerate DDP, gloo): 2 CPU processes via torchrun train one stage together."""
+    import yaml
+
+    cfg = toy_config(steps=3, resolution=RES, batch_size=2, data={"source": "synthetic", "seed": 0, "size": 16}, sample_every=0)
+    cfg_file = tmp_path / "toy.yaml"
+    cfg_file.write_text(yaml.safe_dump(cfg))
+    out = tmp_path / "ddp"
+    env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           str(ROOT / "training" / "train.py"), "--cpu", "--method", "training.toy:ToyMethod", "--stage", "1",
+           "--config", str(cfg_file), "--output-dir", str(out), "--no-progress", "--log-with", "none"]
+    proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    state = json.loads((out / "train_state.json").read_text())
+    assert state["finished"] and state["num_processes"] == 2
+    assert state["images_seen"] == 3 * 2 * 2  # steps x per-process batch x processes
+    trained = ToyMethod.from_pretrained(out / "model")
+    torch.manual_seed(0)
+    init = ToyMethod.from_config(load_config(cfg))
+    assert not torch.equal(init.components["anonymizer"].out.weight, trained.components["anonymizer"].out.weight)
