@@ -154,6 +154,22 @@ def test_different_keys_give_different_outputs(method):
     assert (a - x).abs().mean() > 1e-2
 
 
+def test_reconstruction_is_the_unedited_pass(method):
+    """reconstruct_faces = G(A + I) (no key edit); the public reconstruct() runs it on crops."""
+    x = faces(2)
+    with torch.no_grad():
+        rec = method.reconstruct_faces(x)
+        direct = method.synthesize(method.decompose(x)["codes"], method.decompose(x)["maps"]).clamp(-1, 1)
+        anon = method.anonymize_faces(x, keys_for(method.name, ["k1", "k1"]))
+    assert method.can_reconstruct
+    assert torch.allclose(rec, direct, atol=1e-6)
+    assert (rec - anon).abs().mean() > 1e-3  # the key edit changes what the plain pass gives
+    crop = ((x[0].permute(1, 2, 0) + 1) * 127.5).round().to(torch.uint8).numpy()
+    out = method.reconstruction(crop, aligned=True)
+    assert out.faces[0].status == "processed" and out.faces[0].key_fingerprint is None
+    assert np.asarray(out.image).shape == crop.shape
+
+
 def test_batch_of_one_equals_row_of_batch_of_eight(method):
     x = faces(8, seed=3)
     ks = keys_for(method.name, [f"key {i % 3}" for i in range(8)])

@@ -56,6 +56,9 @@ class Swap(DeidMethod):
     def recover_faces(self, y, keys, **controls):
         return y.roll(-1, dims=0)
 
+    def reconstruct_faces(self, x):
+        return x.clone()  # its "generator" with the identity unchanged is the identity map
+
 
 @pytest.fixture(scope="module")
 def faces() -> np.ndarray:
@@ -104,6 +107,7 @@ def test_identical_images_deid_zero_recovery_one(faces):
     assert res["metrics"]["quality"]["ssim"]["value"] == pytest.approx(1.0)
     assert res["metrics"]["quality"]["fid"]["value"] is None
     assert res["metrics"]["recovery"]["quality"]["psnr"]["value"] == 100.0
+    assert "reconstruction" not in res["metrics"]  # Identity has no reconstruct_faces
     md = to_markdown(res)
     assert "| de-identification rate | 0.000 [0.000, 0.561] (n=3)" in md
     json.dumps(res)  # JSON-serialisable
@@ -116,6 +120,13 @@ def test_different_people_deid_one(faces):
         assert p["deid_rate"]["value"] == 1.0 and p["identification_rate"]["value"] == 0.0
         assert res["metrics"]["recovery"][judge]["recovery_rate"]["value"] == 1.0
     assert "diversity" not in res["metrics"]  # one key: no diversity table
+    # the reconstruction reference: same person, so the judges match every face
+    for judge in ("sface", "dlib"):
+        r = res["metrics"]["reconstruction"][judge]
+        assert r["deid_rate"]["value"] == 0.0 and r["id_cosine"]["value"] == pytest.approx(1.0, abs=1e-6)
+    assert res["metrics"]["reconstruction"]["quality"]["psnr"]["value"] == 100.0
+    assert "Reconstruction with the identity unchanged" in to_markdown(res)
+    assert res["fallbacks"]["reconstruct"] == 0
 
 
 def test_noise_strength_moves_numbers_the_right_way(faces):

@@ -398,6 +398,11 @@ def evaluate(
     if reversible:
         outputs["recovered"], fallbacks["recover"] = _run(method, "recover", anon, key, controls)
         outputs["wrong_key"], fallbacks["recover_wrong_key"] = _run(method, "recover", anon, wrong_key, controls)
+    reconstructs = bool(getattr(method, "can_reconstruct", False))
+    if reconstructs:  # the generator with the identity unchanged: how far synthesis alone moves the face
+        results = method.reconstruction(list(images), aligned=True, **dict(controls))
+        outputs["reconstructed"] = np.stack([np.asarray(r.image.convert("RGB")) for r in results])
+        fallbacks["reconstruct"] = sum(len(r.fallbacks) for r in results)
     diversity_keys = [key] + [f"{key} / diversity {i}" for i in range(1, n_keys)] if (uses_key and n_keys >= 2) else []
     div_outputs = [anon] + [_run(method, "anonymize", images, k, controls)[0] for k in diversity_keys[1:]]
     degraded = {name: fn(anon) for name, fn in ROBUSTNESS.items()} if robustness else {}
@@ -405,6 +410,8 @@ def evaluate(
 
     metrics: dict[str, Any] = {"privacy": {}, "quality": image_metrics(images, anon, lpips_net, lpips_reason)}
     metrics["quality"]["fid"] = unavailable("FID needs Inception-v3 ImageNet weights, which are not available offline", "Frechet Inception Distance")
+    if reconstructs:
+        metrics["reconstruction"] = {"quality": image_metrics(images, outputs["reconstructed"], lpips_net, lpips_reason)}
     if reversible:
         metrics["recovery"] = {"quality": image_metrics(images, outputs["recovered"], lpips_net, lpips_reason)}
         metrics["wrong_key"] = {}
@@ -418,6 +425,8 @@ def evaluate(
         e_orig = judge.embed_aligned(images)
         e_anon = judge.embed_aligned(anon)
         metrics["privacy"][jn] = _identity_block(judge, e_orig, e_anon, "anonymized faces")
+        if reconstructs:
+            metrics["reconstruction"][jn] = _identity_block(judge, e_orig, judge.embed_aligned(outputs["reconstructed"]), "reconstructions (identity unchanged)")
         if reversible:
             e_rec = judge.embed_aligned(outputs["recovered"])
             block = _identity_block(judge, e_orig, e_rec, "recovered faces")
@@ -521,6 +530,10 @@ def to_markdown(result: Mapping[str, Any]) -> str:
     lines += _table("Privacy (anonymized vs original)", [(label, [m["privacy"][j][k] for j in judges]) for label, k in metric_rows], ["metric"] + judges)
     q = m["quality"]
     lines += _table("Image quality (anonymized vs original)", [(k, [q[k]]) for k in ("mse", "psnr", "ssim", "lpips", "fid")], ["metric", "value"])
+    if "reconstruction" in m:
+        r = m["reconstruction"]
+        lines += _table("Reconstruction with the identity unchanged (the reference for the privacy rows)", [(label, [r[j][k] for j in judges]) for label, k in metric_rows[:3]], ["metric"] + judges)
+        lines += _table("Reconstruction image quality", [(k, [r["quality"][k]]) for k in ("mse", "psnr", "ssim", "lpips")], ["metric", "value"])
     if "recovery" in m:
         rec = m["recovery"]
         lines += _table("Recovery with the right key", [(k.replace("_", " "), [rec[j][k] for j in judges]) for k in ("recovery_rate", "id_cosine", "id_distance")], ["metric"] + judges)

@@ -842,6 +842,10 @@ class StyleGANIdentityMethod(_TrainingMixin, NeuralMethod):
         """Anonymized faces -> recovered faces: re-encode y and apply the same key's edit (DBAF eq. 21)."""
         return self.anonymize_faces(y, keys)
 
+    def reconstruct_faces(self, x: torch.Tensor) -> torch.Tensor:
+        """G(A + I) with the retention maps, no key edit: the evaluator's reconstruction reference."""
+        return self.reconstruct(x).clamp(-1, 1)
+
 
 class ReconstructionBaseline(DeidMethod):
     """A method's reconstruction G(C) = G(A + I) with its retention maps and *no* identity edit, run as if

@@ -145,6 +145,16 @@ class DeidMethod:
         """Inverse of :meth:`anonymize_faces` with the same keys (reversible methods only)."""
         raise NotImplementedError(f"{self.name} is not reversible")
 
+    def reconstruct_faces(self, x: torch.Tensor) -> torch.Tensor:
+        """The method's own pass with the identity left unchanged ([N,3,R,R] in [-1,1] both ways), for
+        generative methods that re-synthesise the face: the reference the evaluator compares anonymized
+        faces with (how far the generator alone moves the identity)."""
+        raise NotImplementedError(f"{self.name} has no identity-preserving reconstruction")
+
+    @property
+    def can_reconstruct(self) -> bool:
+        return type(self).reconstruct_faces is not DeidMethod.reconstruct_faces
+
     def modules(self) -> Iterable[torch.nn.Module]:
         """The torch modules this method runs (moved by :meth:`to`)."""
         return []
@@ -203,6 +213,12 @@ class DeidMethod:
             raise ValueError("recover() needs the key that was used to anonymize")
         return self._run("recover", image, as_secret(key), aligned, controls)
 
+    def reconstruction(self, image: ImageLike, *, aligned: bool = False, **controls: Any):
+        """Every face through :meth:`reconstruct_faces` (no identity change), pasted back like :meth:`anonymize`."""
+        if not self.can_reconstruct:
+            raise NotImplementedError(f"method {self.name!r} has no identity-preserving reconstruction")
+        return self._run("reconstruct", image, None, aligned, controls)
+
     def diversity(self, image: ImageLike, keys: Sequence[str | bytes | Secret] | int = 4, *, aligned: bool = False, **controls: Any) -> list:
         """Anonymize the same input with several keys (``keys`` may be a count of fresh random keys)."""
         if isinstance(keys, int):
@@ -214,7 +230,11 @@ class DeidMethod:
         """uint8 [N,R,R,3] -> uint8 [N,R,R,3] through the tensor functions, in chunks of max_batch."""
         from ..imageio import from_tensor, to_tensor
 
-        fn = self.anonymize_faces if operation == "anonymize" else self.recover_faces
+        fn = {
+            "anonymize": self.anonymize_faces,
+            "recover": self.recover_faces,
+            "reconstruct": lambda x, keys, **controls: self.reconstruct_faces(x),
+        }[operation]
         outs = []
         with torch.inference_mode():
             for s in range(0, len(crops), self.max_batch):
@@ -226,6 +246,9 @@ class DeidMethod:
                     raise FloatingPointError(f"{self.name} produced non-finite values")
                 outs.append(from_tensor(y.float().cpu()))
         return np.concatenate(outs, axis=0)
+
+    def _keys_for(self, operation: str, secret: Secret | None, n: int) -> list:
+        return [None] * n if operation == "reconstruct" else self.face_keys(secret, n)
 
     def _process_isolated(self, operation, crops, keys, controls) -> tuple[list[np.ndarray | None], list[str | None]]:
         """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others."""
@@ -256,7 +279,7 @@ class DeidMethod:
             items = list(image) if isinstance(image, (list, tuple)) else [image]
             loaded = [imageio.load_image(it) for it in items]
             crops = np.stack([imageio.resize_square(rgb, self.resolution) for rgb, _ in loaded])
-            keys = self.face_keys(secret, len(crops))
+            keys = self._keys_for(operation, secret, len(crops))
             outs, errors = self._process_isolated(operation, crops, keys, controls)
             results = []
             for i, ((rgb, alpha), out, err) in enumerate(zip(loaded, outs, errors)):
@@ -276,7 +299,7 @@ class DeidMethod:
         if faces:
             aligned_faces = [pipeline.align_face(rgb, f.landmarks, self.resolution) for f in faces]
             crops = np.stack([a.crop for a in aligned_faces])
-            keys = self.face_keys(secret, len(faces))
+            keys = self._keys_for(operation, secret, len(faces))
             outs, errors = self._process_isolated(operation, crops, keys, controls)
             for i, (face, al, out, err) in enumerate(zip(faces, aligned_faces, outs, errors)):
                 if out is not None:
