@@ -33,7 +33,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # (method, stage, steps, batch size, terms that must each fall besides the non-adversarial total)
 CASES = [
-    ("ifadit", 1, 24, 4, ("vq", "id")),  # phase I, eq. 14
+    ("ifadit", 1, 24, 4, ("vq", "id", "id_swap")),  # phase I, eq. 14 (+ the tiny config's identity swap)
     ("ifadit", 2, 24, 4, ("anon", "img")),  # phase II, eq. 22
     ("dbaf", 1, 20, 4, ("rec",)),  # eq. 18
     ("dbaf", 2, 16, 2, ("rec",)),  # eq. 39

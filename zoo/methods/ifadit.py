@@ -14,7 +14,9 @@ parser when the checkpoint has one, else the landmark-template ellipse of :func:
 Training (``training/PROTOCOL.md``), two phases (Sec. 3.5):
 
 * stage 1 (phase I): E_Attr and M_map learn to reconstruct X = G(M_map([R(z), a])):
-  L_P1 = lambda * L_VQ + L_Sem (eq. 12-14), lambda = 0.01, VQ = 0.84 (1 - SSIM) + 0.16 L1.
+  L_P1 = lambda * L_VQ + L_Sem (eq. 12-14), lambda = 0.01, VQ = 0.84 (1 - SSIM) + 0.16 L1. Optional,
+  not in the paper (lambda ``id_swap``, 0 in ifadit.yaml): the identity swap of [33],
+  1 - cos(E_ID(G(M(z_j, a_i))), z_j), which makes a G trained from scratch take the identity from z.
 * stage 2 (phase II): SIF and ICL, everything else frozen: L_P2 = L_Anon + L_Div + L_DeAnon + L_Img
   (eq. 15-22) with the per-image weights of eq. 21.
 
@@ -306,6 +308,10 @@ class IFADIT(NeuralMethod):
         self._check_keys(y, keys)
         return self.refine(self.recover_latent(y, self.key_vectors(keys)), y).clamp(-1, 1)
 
+    def reconstruct_faces(self, x: torch.Tensor) -> torch.Tensor:
+        """Phase-I reconstruction (eq. 1) with the background refinement (eq. 11): no identity change."""
+        return self.refine(self.reconstruct(x), x).clamp(-1, 1)
+
     # -- training protocol --------------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "IFADIT":
@@ -399,10 +405,15 @@ class IFADIT(NeuralMethod):
         if stage == 1:
             with torch.no_grad():
                 z = self.identity(x)
-            x_rec = self.synthesize(z, self.attributes(x))
+            a = self.attributes(x)
+            x_rec = self.synthesize(z, a)
             terms = {
                 "vq": lambda: losses.visual_quality_loss(x_rec, x),  # eq. 12
                 "id": lambda: losses.l1_loss(self.identity(x_rec), z),  # eq. 13, identity part
+                # not in the paper (0 in ifadit.yaml): identity swap of the disentanglement work the
+                # paper follows (Nitzan et al., its [33]): G(M(z_j, a_i)) must carry z_j, so that M
+                # takes the identity from z and not from the attribute code (see ifadit_tiny.yaml)
+                "id_swap": lambda: losses.identity_cosine_loss(self.identity(self.synthesize(z.roll(1, 0), a)), z.roll(1, 0)),
             }
             return losses.weighted_sum(terms, lam)  # eq. 14: lambda * VQ + Sem
         if stage == 2:
