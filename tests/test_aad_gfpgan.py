@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 
 from zoo.convert import ConversionError, convert_file
-from zoo.nn.aad import AADLayer, AEINet, convert_faceshifter_aei
+from zoo.nn.aad import AADLayer, AEINet, SmallAEINet, attr_shapes, convert_faceshifter_aei, num_levels
 from zoo.nn.discriminators import (
     FacialComponentDiscriminator,
     MultiscaleDiscriminator,
@@ -231,6 +231,26 @@ def test_aei_output_and_both_paths_matter(tiny_aei):
     assert y.abs().max() <= 1  # tanh output
     assert (y - y_id).abs().mean() > 1e-4  # identity path
     assert (y - y_att).abs().mean() > 1e-4  # attribute path
+
+
+def test_small_aei_has_log2_levels_and_the_documented_shapes():
+    """The tiny configs' AEI-Net at 64 px: n = log2(64) = 6 levels, shapes from attr_shapes."""
+    assert num_levels(256) == 8 and num_levels(64) == 6
+    with pytest.raises(ValueError):
+        num_levels(48)
+    torch.manual_seed(3)
+    c = 2
+    net = SmallAEINet(c_id=16, base_channels=c, image_size=64).eval()
+    x = torch.rand(2, 3, 64, 64) * 2 - 1
+    z = F.normalize(torch.randn(2, 16), dim=-1)
+    with torch.no_grad():
+        y, attrs = net(x, z)
+        y_other, _ = net(x, z.roll(1, 0))
+    assert y.shape == (2, 3, 64, 64) and y.abs().max() <= 1
+    assert [(t.shape[1], t.shape[2]) for t in attrs] == attr_shapes(c, 64)
+    assert attr_shapes(c, 64) == [(8 * c, 2), (16 * c, 4), (8 * c, 8), (4 * c, 16), (2 * c, 32), (2 * c, 64)]
+    assert attr_shapes(c) == [(32 * c, 2), (64 * c, 4), (32 * c, 8), (16 * c, 16), (8 * c, 32), (4 * c, 64), (2 * c, 128), (2 * c, 256)]
+    assert (y - y_other).abs().mean() > 1e-4  # the identity reaches the output
 
 
 def test_aad_layer_attention_mask_selects_identity_or_attributes():

@@ -107,6 +107,39 @@ def test_rotation_and_closed_form_inverse_for_every_level(d):
     assert F.cosine_similarity(wrong, z).max().item() < 0.9
 
 
+@pytest.mark.parametrize("d", [0, 2, 3, 5])
+def test_overlap_prior_picks_the_right_preimage_in_a_lopsided_space(d):
+    """Faces that overlap their reference by ~0.5 (as in a space where all identities share a common
+    component): from the direction alone, the largest-norm root returns another preimage at low d;
+    the stored typical overlap selects the true one."""
+    ref = _references(64, 512, seed=5)
+    z = _identities_with_overlap(ref, 0.45, 0.55, seed=10 + d)
+    u = F.normalize(rotate_identity(z, ref, d), dim=1)
+    with_prior = unrotate_direction(u, ref, d, overlap_prior=0.5)
+    assert (with_prior - z).abs().max().item() < 1e-4
+    if d <= 3:
+        largest = unrotate_direction(u, ref, d)
+        assert F.cosine_similarity(largest, z).mean().item() < 0.9  # the ambiguity is real there
+    # and a prior does not break the orthogonal case
+    z0 = _identities_with_overlap(ref, -0.05, 0.05, seed=20 + d)
+    u0 = F.normalize(rotate_identity(z0, ref, d), dim=1)
+    assert (unrotate_direction(u0, ref, d, overlap_prior=0.0) - z0).abs().max().item() < 1e-4
+
+
+def test_library_stores_the_typical_overlap(method):
+    fresh = Personal(dict(tiny_config()), dict(method.components))
+    assert fresh.overlap_prior is None  # no library yet: recovery keeps the largest-norm root
+    faces = _faces(24, seed=3)
+    fresh.build_library(faces, k=10, seed=0)
+    prior = fresh.overlap_prior
+    with torch.no_grad():
+        emb = fresh.identity(faces)
+    refs = fresh.reference(fresh.face_keys(as_personal_secret("123456"), 1))
+    assert prior is not None and -1.0 < prior < 1.0
+    # the same order of magnitude as a direct measurement with another password
+    assert abs(float((emb @ refs.T).mean()) - prior) < 0.2
+
+
 def test_identity_distance_grows_monotonically_with_level():
     ref = _references(32, 512, seed=3)
     z = _identities_with_overlap(ref, -0.05, 0.3, seed=4)

@@ -8,6 +8,9 @@ Pipeline on aligned 256 px crops (tensors [N,3,256,256] in [-1,1]); equation num
     F(X, p, d) = G(z_new, z_attr)   AAD residual-block generator (eq. 15)
     X_hat = G(M^-1(E_id(F), p, d), E_attr(F))                              recovery (eq. 16-18)
 
+Tiny CPU configs may set ``resolution`` to 16..128 px (:class:`zoo.nn.aad.SmallAEINet`, n = log2(R)
+levels; E_id still sees the face upsampled to 256 px); checkpoints record it in their config.
+
 E_attr + G are FaceShifter's AEI-Net (:class:`zoo.nn.aad.AEINet`), trained with multi-scale hinge
 discriminators and eq. 8-12 (lambda_adv 0.1, lambda_id 5, lambda_attr = lambda_rec = 10), Adam(0, 0.999),
 lr 4e-4. Training follows FaceShifter's recipe that eq. 10 ("if X' is generated with the same z_id and
@@ -35,8 +38,10 @@ carries the direction of z_new (E_id is unit-norm, and G receives the unit vecto
 distribution it was trained on), so recovery (:func:`unrotate_direction`) first solves for the norm
 |z_new|^2 = 1 - sin^2 g A^2 (A = z_bar . f(p)) with eq. 16-17, then applies them. Up to scale eq. 13-14
 are not injective: when the identity overlaps the reference strongly (roughly A > 0.1 at the middle
-levels d = 2..5) another preimage with a smaller |A| maps to the same direction, and recovery returns
-that one (the largest-norm root). For identities nearly orthogonal to the reference mix it is exact.
+levels d = 2..5) another preimage with a different A maps to the same direction. Recovery picks the
+root whose A is closest to the typical overlap of a face with a reference, which
+:meth:`Personal.build_library` measures on the training faces and stores (``library.overlap_prior``;
+without it, the largest-norm root, exact for identities nearly orthogonal to the reference mix).
 """
 
 from __future__ import annotations
@@ -111,16 +116,20 @@ def unrotate_identity(z_new: torch.Tensor, ref: torch.Tensor, d: int) -> torch.T
     return num / (c - a * s)  # eq. 16
 
 
-def unrotate_direction(u: torch.Tensor, ref: torch.Tensor, d: int, grid: int = 1024, iters: int = 60) -> torch.Tensor:
+def unrotate_direction(
+    u: torch.Tensor, ref: torch.Tensor, d: int, overlap_prior: float | None = None, grid: int = 1024, iters: int = 60
+) -> torch.Tensor:
     """Recover z_bar from the *direction* u of z_new (what E_id re-extracts from the image).
 
     z_new = n u with the unknown norm n = |z_new|. Eq. 16-17 applied to n u give z_bar(n) and
     A(n) = z_bar . f(p) = (n t - sin g) cos g / (n^2 - n t sin g), t = u . f(p); the true n solves
     n^2 = 1 - sin^2 g A(n)^2 (the norm of eq. 13). That equation can have several roots in
-    [|cos g|, 1] (eq. 13-14 are not injective up to scale); we take the largest n, i.e. the preimage
-    with the smallest overlap |A| with the reference -- the case of an identity that is not close to
-    the reference mix. Roots are bracketed on a ``grid`` and refined by bisection (float64).
-    Returns unit ``[N, D]`` in ``u``'s dtype.
+    [|cos g|, 1] (eq. 13-14 are not injective up to scale). ``overlap_prior=None`` takes the largest n,
+    i.e. the preimage with the smallest overlap |A| with the reference (right for identities nearly
+    orthogonal to the reference mix); a number takes the root whose A is closest to it -- the typical
+    overlap of a face with a reference in the encoder's space, which the library stores
+    (:meth:`Personal.build_library`). Roots are bracketed on a ``grid`` and refined by bisection
+    (float64). Returns unit ``[N, D]`` in ``u``'s dtype.
     """
     g = math.radians(privacy_angle(d))
     c, s = math.cos(g), math.sin(g)
@@ -128,19 +137,30 @@ def unrotate_direction(u: torch.Tensor, ref: torch.Tensor, d: int, grid: int = 1
     r64 = ref.double()
     t = (u64 * r64).sum(1, keepdim=True)
 
+    def overlap(n: torch.Tensor) -> torch.Tensor:
+        return (n * t - s) * c / (n * n - n * t * s)  # A(n), eq. 16-17
+
     def residual(n: torch.Tensor) -> torch.Tensor:
-        a = (n * t - s) * c / (n * n - n * t * s)  # A(n), eq. 16-17
-        return n * n - 1 + (s * a) ** 2
+        return n * n - 1 + (s * overlap(n)) ** 2
 
     ns = torch.linspace(1.0, abs(c), grid, dtype=torch.float64, device=u.device).expand(u.shape[0], -1)
-    below = residual(ns) <= 0  # residual(1) >= 0 and residual(|cos g|) <= 0 whenever |A| <= 1
-    j = torch.argmax(below.to(torch.int8), dim=1, keepdim=True).clamp_min(1)  # first grid point at or past the largest root
-    hi, lo = ns.gather(1, j - 1), ns.gather(1, j)
+    r = residual(ns)
+    # brackets [ns[j], ns[j+1]] (n decreasing) where the residual goes from > 0 to <= 0 or back
+    change = (r[:, :-1] > 0) != (r[:, 1:] > 0)  # [N, grid-1]
+    change[:, -1] |= ~change.any(1)  # no sign change on the grid: fall back to the last interval
+    hi, lo = ns[:, :-1].clone(), ns[:, 1:].clone()  # every interval, refined together; only brackets used
+    sign_hi = r[:, :-1] > 0
     for _ in range(iters):
         mid = (hi + lo) / 2
-        pos = residual(mid) > 0
-        hi, lo = torch.where(pos, mid, hi), torch.where(pos, lo, mid)
-    n = (hi + lo) / 2
+        same_as_hi = (residual(mid) > 0) == sign_hi
+        hi, lo = torch.where(same_as_hi, mid, hi), torch.where(same_as_hi, lo, mid)
+    roots = (hi + lo) / 2  # [N, grid-1]; meaningful where ``change``
+    if overlap_prior is None:
+        j = torch.argmax(change.to(torch.int8), dim=1, keepdim=True)  # first bracket from n = 1: the largest root
+    else:
+        cost = (overlap(roots) - float(overlap_prior)).abs().masked_fill(~change, float("inf"))
+        j = torch.argmin(cost, dim=1, keepdim=True)
+    n = roots.gather(1, j)
     return F.normalize(unrotate_identity(u64 * n, r64, d), dim=1).to(u.dtype)
 
 
@@ -268,7 +288,10 @@ class Personal(NeuralMethod):
         return list(self.components.values())
 
     def identity(self, x: torch.Tensor) -> torch.Tensor:
-        """E_id: x [N,3,256,256] in [-1,1] -> unit-norm z_id [N, D]."""
+        """E_id: x [N,3,R,R] in [-1,1] -> unit-norm z_id [N, D]. Below 256 px (tiny configs) the face is
+        first upsampled to 256 px (bicubic), the input the encoder was trained/distilled on."""
+        if x.shape[-1] < 256:
+            x = F.interpolate(x, size=(256, 256), mode="bicubic", align_corners=False)
         return self.components["identity_encoder"].embed(x)
 
     # -- reference library --------------------------------------------------------------------------
@@ -304,14 +327,14 @@ class Personal(NeuralMethod):
 
     # -- DeidMethod ---------------------------------------------------------------------------------
     def generate(self, z_id: torch.Tensor, x_attr: torch.Tensor) -> torch.Tensor:
-        """G(z_id, E_attr(x_attr)) with a unit-norm identity -> [N,3,256,256] in [-1,1]."""
+        """G(z_id, E_attr(x_attr)) with a unit-norm identity -> [N,3,R,R] in [-1,1] (R = self.resolution)."""
         return self.aei(x_attr, F.normalize(z_id, dim=1))[0]
 
     def _prepare(self, x: torch.Tensor, keys: Sequence[KeyMaterial]) -> None:
         if len(keys) != x.shape[0]:
             raise ValueError(f"need one key per face: {len(keys)} keys for {x.shape[0]} faces")
-        if x.shape[-1] != 256:
-            raise ValueError(f"personal works on 256 px crops, got {tuple(x.shape)}")
+        if x.shape[-1] != self.resolution:
+            raise ValueError(f"this personal model works on {self.resolution} px crops, got {tuple(x.shape)}")
 
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], level: int = 5, **controls: Any) -> torch.Tensor:
         """F(X, p, d) = G(M(E_id(X), p, d), E_attr(X)) (eq. 13-15), one password per row."""
@@ -322,18 +345,23 @@ class Personal(NeuralMethod):
     def recover_faces(self, y: torch.Tensor, keys: Sequence[KeyMaterial], level: int = 5, **controls: Any) -> torch.Tensor:
         """X_hat = G(M^-1(E_id(Y), p, d), E_attr(Y)) (eq. 16-18) with the same passwords and level."""
         self._prepare(y, keys)
-        z_id = unrotate_direction(self.identity(y), self.reference(keys), level)
+        z_id = unrotate_direction(self.identity(y), self.reference(keys), level, self.overlap_prior)
         return self.generate(z_id, y)
+
+    def reconstruct_faces(self, x: torch.Tensor) -> torch.Tensor:
+        """G(E_id(X), E_attr(X)): the generator with the identity left unrotated (the evaluator's reference)."""
+        return self.generate(self.identity(x), x)
 
     # -- training protocol --------------------------------------------------------------------------
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "Personal":
-        from ..nn.aad import AEINet
+        from ..nn.aad import AEINet, SmallAEINet, num_levels
         from ..nn.discriminators import MultiscaleDiscriminator
 
         config = dict(config)
-        if int(config.get("resolution", 256)) != 256:
-            raise ValueError("personal (AEI-Net) works at 256 px")
+        res = int(config.get("resolution", 256))
+        if res != 256 and (res > 256 or num_levels(res) < 4):
+            raise ValueError("personal (AEI-Net) works at 256 px (paper); tiny configs may use 16..128 px")
         m = config.get("model", {})
         ident = load_identity_encoder(config.get("identity_encoder"), m.get("identity"))
         c_id = embedding_dim(ident, 256)
@@ -342,28 +370,44 @@ class Personal(NeuralMethod):
             from ..hub import resolve_checkpoint
 
             aei = AEINet.from_pretrained(str(resolve_checkpoint(aei_path)))
-        else:
+        elif res == 256:
             aei = AEINet(c_id=c_id, **m.get("aei", {}))
+        else:  # tiny CPU configs: n = log2(res) AAD levels instead of 8 (see SmallAEINet)
+            aei = SmallAEINet(c_id=c_id, image_size=res, **m.get("aei", {}))
         comps = {"identity_encoder": ident, "aei": aei, "discriminator": MultiscaleDiscriminator(**m.get("discriminator", {}))}
         method = cls(config, comps)
         lib = config.get("library") or {}
         if lib.get("data"):
-            images, labels = load_library_images(lib["data"], lib.get("limit"), bool(lib.get("labels_from_subfolders", False)))
+            images, labels = load_library_images(lib["data"], lib.get("limit"), bool(lib.get("labels_from_subfolders", False)), res)
             method.build_library(images, labels, k=int(lib.get("k", 10)), seed=int(lib.get("seed", 0)))
         return method
 
     @torch.no_grad()
     def build_library(self, images: torch.Tensor, labels: Sequence[Any] | None = None, k: int = 10, seed: int = 0, batch: int = 32) -> torch.Tensor:
-        """Embed training faces ``[N,3,256,256]`` in [-1,1] with E_id and install the reference library."""
+        """Embed training faces ``[N,3,R,R]`` in [-1,1] with E_id and install the reference library."""
         enc = self.components["identity_encoder"]
         was = enc.training
         enc.eval()
         dev = next(enc.parameters()).device
-        emb = torch.cat([enc.embed(images[i : i + batch].to(dev)).cpu() for i in range(0, images.shape[0], batch)])
+        emb = torch.cat([self.identity(images[i : i + batch].to(dev)).cpu() for i in range(0, images.shape[0], batch)])
         enc.train(was)
         base = build_reference_base(emb, labels)
         self.set_reference_library(base, k=k, seed=seed)
+        self.config["library"]["overlap_prior"] = self._typical_overlap(F.normalize(emb.float(), dim=1), seed)
         return base
+
+    def _typical_overlap(self, embeddings: torch.Tensor, seed: int, passwords: int = 64) -> float:
+        """Mean z . f(p) of training faces with the references of ``passwords`` seeded random passwords:
+        the overlap A that recovery expects (:func:`unrotate_direction`); ~0 in a well-spread space."""
+        rng = random.Random(f"personal-overlap|{seed}")
+        base = self.extra["reference_base"]
+        refs = torch.stack([F.normalize(base[self.password_identities(f"{rng.randrange(PASSWORD_SPACE):06d}")].sum(0), dim=0) for _ in range(passwords)])
+        return round(float((embeddings @ refs.T).mean()), 6)
+
+    @property
+    def overlap_prior(self) -> float | None:
+        lib = self.config.get("library") or {}
+        return None if lib.get("overlap_prior") is None else float(lib["overlap_prior"])
 
     def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
         if stage != 1:
@@ -381,6 +425,9 @@ class Personal(NeuralMethod):
         x_s = torch.where(same[:, None, None, None], x_t, batch["image_b"])  # identity source
         with torch.no_grad():
             z_s = self.identity(x_s)
+            rotate_prob = float(scfg.get("rotate_prob", 0.0))
+            if rotate_prob > 0:
+                z_s = self._rotated_sources(z_s, ~same & (torch.rand(n, generator=self.train_generator) < rotate_prob).to(same.device))
         disc = self.components["discriminator"]
         if group == "d":
             with torch.no_grad():
@@ -399,6 +446,23 @@ class Personal(NeuralMethod):
             "rec": lambda: rec,
         }
         return losses.weighted_sum(terms, lam)  # eq. 12
+
+    def _rotated_sources(self, z_s: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """Not in the paper (tiny configs' ``rotate_prob``): on ``rows`` the identity source becomes
+        M(z_s, p, d)/|M| (eq. 13-14) for a random reference mix of k library identities and a random
+        level, so that G also learns the rotated identities anonymization feeds it and recovery
+        (eq. 16-18) must read back from F(X, p, d). ``z_s [N, D]`` unit rows -> ``[N, D]``."""
+        if not self.has_library or not bool(rows.any()):
+            return z_s
+        base = self.extra["reference_base"].to(z_s.device, z_s.dtype)
+        k = int(self.config["library"]["k"])
+        out = z_s.clone()
+        for i in torch.nonzero(rows).flatten().tolist():
+            pick = torch.randperm(base.shape[0], generator=self.train_generator)[:k].to(base.device)
+            ref = F.normalize(base[pick].sum(0, keepdim=True), dim=1)
+            level = int(torch.randint(0, len(LEVELS), (1,), generator=self.train_generator))
+            out[i] = F.normalize(rotate_identity(z_s[i : i + 1], ref, level), dim=1)[0]
+        return out
 
     @torch.no_grad()
     def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -420,8 +484,8 @@ class Personal(NeuralMethod):
             "input": x,
             "reconstruction": self.generate(z, x),
             "anonymized": y,
-            "recovered": self.generate(unrotate_direction(u, ref, level), y),
-            "wrong_key": self.generate(unrotate_direction(u, ref_w, level), y),
+            "recovered": self.generate(unrotate_direction(u, ref, level, self.overlap_prior), y),
+            "wrong_key": self.generate(unrotate_direction(u, ref_w, level, self.overlap_prior), y),
         }
 
 
@@ -432,8 +496,8 @@ class Personal(NeuralMethod):
 _IMAGE_EXT = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
 
-def load_library_images(spec: str, limit: int | None = None, labels_from_subfolders: bool = False) -> tuple[torch.Tensor, list[Any] | None]:
-    """Faces for the library as ``[N,3,256,256]`` in [-1,1] and their identity labels.
+def load_library_images(spec: str, limit: int | None = None, labels_from_subfolders: bool = False, resolution: int = 256) -> tuple[torch.Tensor, list[Any] | None]:
+    """Faces for the library as ``[N,3,R,R]`` in [-1,1] (R = ``resolution``) and their identity labels.
 
     ``spec``: ``synthetic:N[:SEED]`` (the seeded synthetic faces; each is its own identity) or a folder
     of aligned crops (``labels_from_subfolders``: the first sub-folder names the identity).
@@ -444,7 +508,7 @@ def load_library_images(spec: str, limit: int | None = None, labels_from_subfold
         seed = int(parts[2]) if len(parts) > 2 else 0
         from training.synthetic import SyntheticFaces
 
-        ds = SyntheticFaces(size=n, seed=seed, resolution=256)
+        ds = SyntheticFaces(size=n, seed=seed, resolution=resolution)
         return torch.cat([ds.get_batch(range(s, min(n, s + 64))) for s in range(0, n, 64)]), None
     from PIL import Image
 
@@ -456,7 +520,7 @@ def load_library_images(spec: str, limit: int | None = None, labels_from_subfold
         files = files[: int(limit)]
     if not files:
         raise FileNotFoundError(f"no images under {root}")
-    imgs = torch.cat([to_tensor(np.asarray(Image.open(f).convert("RGB")), 256) for f in files])
+    imgs = torch.cat([to_tensor(np.asarray(Image.open(f).convert("RGB")), resolution) for f in files])
     labels = [f.relative_to(root).parts[0] for f in files] if labels_from_subfolders else None
     return imgs, labels
 
@@ -474,7 +538,7 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     method = Personal.from_pretrained(args.checkpoint)
-    images, labels = load_library_images(args.data, args.limit, args.labels_from_subfolders)
+    images, labels = load_library_images(args.data, args.limit, args.labels_from_subfolders, method.resolution)
     method.config["library"] = {"data": args.data, "labels_from_subfolders": args.labels_from_subfolders}
     base = method.build_library(images, labels, k=args.k, seed=args.seed)
     out = method.save_pretrained(args.out or args.checkpoint)

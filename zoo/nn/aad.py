@@ -23,6 +23,9 @@ z_attr^6   64 x 64     4c  (128)
 z_attr^7   128 x 128   2c  (64)
 z_attr^8   256 x 256   2c  (64)
 =========  ==========  ===========
+
+Tiny CPU configs may use :class:`SmallAEINet`: the same blocks at a smaller power-of-two size, with
+n = log2(size) levels (a documented deviation from the paper's n = 8 at 256 px).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ __all__ = [
     "MultilevelAttributesEncoder",
     "AADGenerator",
     "AEINet",
+    "SmallAEINet",
     "attr_shapes",
     "convert_faceshifter_aei",
 ]
@@ -50,18 +54,38 @@ IMAGE_SIZE = 256
 NUM_LEVELS = 8  # n in eq. 6 of Cao et al.
 
 
-def _enc_channels(c: int) -> list[int]:
-    """Output channels of the 7 stride-2 encoder convs (256 -> 2 px)."""
-    return [c, 2 * c, 4 * c, 8 * c, 16 * c, 32 * c, 32 * c]
+def num_levels(image_size: int = IMAGE_SIZE) -> int:
+    """n = log2(image_size) attribute levels (8 at 256 px: 2, 4, ..., 256 px)."""
+    n = int(image_size).bit_length() - 1
+    if image_size < 16 or 2**n != image_size:
+        raise ValueError(f"AEI-Net needs a power-of-two input size >= 16, got {image_size}")
+    return n
 
 
-def attr_shapes(base_channels: int = 32) -> list[tuple[int, int]]:
-    """``(channels, resolution)`` of z_attr^1..z_attr^8 for a 256 px input (see the module docstring)."""
-    enc = _enc_channels(base_channels)
-    shapes = [(enc[6], IMAGE_SIZE // 128)]
-    for k in range(6):  # decoder level k: deconv to enc[5-k] channels, concatenated with encoder skip enc[5-k]
-        shapes.append((2 * enc[5 - k], IMAGE_SIZE // 2 ** (6 - k)))
-    shapes.append((shapes[-1][0], IMAGE_SIZE))  # z_attr^8: bilinear 2x upsample of z_attr^7
+def _enc_channels(c: int, image_size: int = IMAGE_SIZE) -> list[int]:
+    """Output channels of the n - 1 stride-2 encoder convs (image_size -> 2 px); at 256 px
+    ``[c, 2c, 4c, 8c, 16c, 32c, 32c]``, doubling up to 32c and repeating the last width."""
+    convs = num_levels(image_size) - 1
+    enc = [c * 2 ** min(i, 5) for i in range(convs - 1)]
+    return enc + [enc[-1]]
+
+
+def _gen_channels(c: int, image_size: int = IMAGE_SIZE) -> tuple[list[int], list[int]]:
+    """Input and output channels of the n AAD residual blocks; at 256 px
+    ``h_in = [32c, 32c, 32c, 32c, 16c, 8c, 4c, 2c]``, ``h_out = [32c, 32c, 32c, 16c, 8c, 4c, 2c, 3]``."""
+    n = num_levels(image_size)
+    h_out = [c * 2 ** min(5, n - 1 - k) for k in range(n - 1)] + [3]
+    return [h_out[0]] + h_out[:-1], h_out
+
+
+def attr_shapes(base_channels: int = 32, image_size: int = IMAGE_SIZE) -> list[tuple[int, int]]:
+    """``(channels, resolution)`` of z_attr^1..z_attr^n (see the module docstring for 256 px)."""
+    enc = _enc_channels(base_channels, image_size)
+    convs = len(enc)
+    shapes = [(enc[-1], 2)]
+    for k in range(convs - 1):  # decoder level k: deconv to enc[-2-k] channels, concatenated with the same-size encoder skip
+        shapes.append((2 * enc[convs - 2 - k], image_size // 2 ** (convs - 1 - k)))
+    shapes.append((shapes[-1][0], image_size))  # z_attr^n: bilinear 2x upsample of z_attr^(n-1)
     return shapes
 
 
@@ -101,29 +125,32 @@ class MultilevelAttributesEncoder(HubModule):
     bilinear 2x upsample to 256 px (z_attr^8). Eq. 6 of Cao et al.; shapes in :func:`attr_shapes`.
     """
 
-    def __init__(self, base_channels: int = 32, in_channels: int = 3):
+    def __init__(self, base_channels: int = 32, in_channels: int = 3, image_size: int = IMAGE_SIZE):
         super().__init__()
-        enc = _enc_channels(base_channels)
+        self.image_size = image_size
+        enc = _enc_channels(base_channels, image_size)
+        self.convs = len(enc)  # 7 at 256 px
         cins = [in_channels] + enc[:-1]
         for i, (cin, cout) in enumerate(zip(cins, enc), start=1):
             setattr(self, f"conv{i}", _EncBlock(cin, cout))
-        cin = enc[6]
-        for i in range(1, 7):
-            cout = enc[6 - i]
+        cin = enc[-1]
+        for i in range(1, self.convs):
+            cout = enc[self.convs - 1 - i]
             setattr(self, f"deconv{i}", _DecBlock(cin, cout))
             cin = 2 * cout
         self.apply(_init_weights)
 
     def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
-        if x.shape[-2:] != (IMAGE_SIZE, IMAGE_SIZE):
-            raise ValueError(f"expected [N, 3, {IMAGE_SIZE}, {IMAGE_SIZE}] input, got {tuple(x.shape)}")
+        s = self.image_size
+        if x.shape[-2:] != (s, s):
+            raise ValueError(f"expected [N, 3, {s}, {s}] input, got {tuple(x.shape)}")
         feats = []
-        for i in range(1, 7):
+        for i in range(1, self.convs):
             x = getattr(self, f"conv{i}")(x)
-            feats.append(x)  # 128, 64, 32, 16, 8, 4 px
-        z = [self.conv7(x)]  # z_attr^1: 2 px
-        for i in range(1, 7):
-            z.append(getattr(self, f"deconv{i}")(z[-1], feats[6 - i]))
+            feats.append(x)  # 128, 64, 32, 16, 8, 4 px (at 256)
+        z = [getattr(self, f"conv{self.convs}")(x)]  # z_attr^1: 2 px
+        for i in range(1, self.convs):
+            z.append(getattr(self, f"deconv{i}")(z[-1], feats[self.convs - 1 - i]))
         z.append(F.interpolate(z[-1], scale_factor=2, mode="bilinear", align_corners=True))
         return z
 
@@ -186,24 +213,24 @@ class AADGenerator(HubModule):
     seven followed by bilinear 2x upsampling (2 -> 256 px), and tanh: y is in [-1, 1].
     """
 
-    def __init__(self, c_id: int = 512, base_channels: int = 32, aad_kernel_size: int = 1):
+    def __init__(self, c_id: int = 512, base_channels: int = 32, aad_kernel_size: int = 1, image_size: int = IMAGE_SIZE):
         super().__init__()
         c = base_channels
-        att = [ch for ch, _ in attr_shapes(c)]
-        h_in = [32 * c, 32 * c, 32 * c, 32 * c, 16 * c, 8 * c, 4 * c, 2 * c]
-        h_out = [32 * c, 32 * c, 32 * c, 16 * c, 8 * c, 4 * c, 2 * c, 3]
-        self.up1 = nn.ConvTranspose2d(c_id, 32 * c, kernel_size=2, stride=1, padding=0)
-        for k in range(NUM_LEVELS):
+        self.levels = num_levels(image_size)  # n = 8 at 256 px
+        att = [ch for ch, _ in attr_shapes(c, image_size)]
+        h_in, h_out = _gen_channels(c, image_size)
+        self.up1 = nn.ConvTranspose2d(c_id, h_in[0], kernel_size=2, stride=1, padding=0)
+        for k in range(self.levels):
             setattr(self, f"AADBlk{k + 1}", AAD_ResBlk(h_in[k], h_out[k], att[k], c_id, aad_kernel_size))
         self.apply(_init_weights)
 
     def forward(self, z_attr: list[torch.Tensor], z_id: torch.Tensor) -> torch.Tensor:
-        if len(z_attr) != NUM_LEVELS:
-            raise ValueError(f"expected {NUM_LEVELS} attribute maps, got {len(z_attr)}")
+        if len(z_attr) != self.levels:
+            raise ValueError(f"expected {self.levels} attribute maps, got {len(z_attr)}")
         h = self.up1(z_id[:, :, None, None])
-        for k in range(NUM_LEVELS):
+        for k in range(self.levels):
             h = getattr(self, f"AADBlk{k + 1}")(h, z_attr[k], z_id)
-            if k < NUM_LEVELS - 1:
+            if k < self.levels - 1:
                 h = F.interpolate(h, scale_factor=2, mode="bilinear", align_corners=True)
         return torch.tanh(h)
 
@@ -228,6 +255,21 @@ class AEINet(HubModule):
     def forward(self, x_attr: torch.Tensor, z_id: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor]]:
         z_attr = self.encoder(x_attr)
         return self.generator(z_attr, z_id), z_attr
+
+
+class SmallAEINet(AEINet):
+    """AEI-Net for a smaller power-of-two input (``image_size`` 16..128; tiny CPU configs only).
+
+    Same blocks and parameter names as :class:`AEINet`; the U-Net has log2(image_size) - 1 stride-2
+    convs and the generator n = log2(image_size) AAD residual blocks (6 at 64 px instead of the
+    paper's 8 at 256 px). Sizes at 64 px (``c = base_channels``): z_attr = 8c @ 2, 16c @ 4, 8c @ 8,
+    4c @ 16, 2c @ 32, 2c @ 64.
+    """
+
+    def __init__(self, c_id: int = 512, base_channels: int = 32, aad_kernel_size: int = 1, image_size: int = 64):
+        HubModule.__init__(self)
+        self.encoder = MultilevelAttributesEncoder(base_channels=base_channels, image_size=image_size)
+        self.generator = AADGenerator(c_id=c_id, base_channels=base_channels, aad_kernel_size=aad_kernel_size, image_size=image_size)
 
 
 @register_converter("faceshifter-aei", "taotaonice/FaceShifter AEI_Net G_latest.pth (AEI_Net(c_id=512) state dict)")
