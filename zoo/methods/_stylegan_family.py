@@ -849,9 +849,9 @@ class StyleGANIdentityMethod(_TrainingMixin, NeuralMethod):
 
 class ReconstructionBaseline(DeidMethod):
     """A method's reconstruction G(C) = G(A + I) with its retention maps and *no* identity edit, run as if
-    it were an anonymizer. It is the reference for "anonymized faces move away from the originals":
-    evaluate it with the same evaluator and judge (``python -m training.evaluate --method
-    zoo.methods.dbaf:DBAFReconstruction --local-dir DIR ...``) and compare identity cosines."""
+    it were an anonymizer (``python -m training.evaluate --method zoo.methods.dbaf:DBAFReconstruction
+    --local-dir DIR ...``). The evaluator now reports the same reconstruction for every method with
+    ``reconstruct_faces`` in its own table; this wrapper keeps the earlier commands working."""
 
     reversible = False
     uses_key = False
@@ -875,7 +875,7 @@ class ReconstructionBaseline(DeidMethod):
         return self
 
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
-        return self.method.reconstruct(x).clamp(-1, 1)
+        return self.method.reconstruct_faces(x)
 
 
 # ------------------------------------------------------------------------------------------------
