@@ -126,6 +126,40 @@ def test_anonymize_and_recover_shapes_and_keys(method):
         torch.testing.assert_close(method.components["flow"].inverse(method.components["flow"](z, k), k), z, atol=1e-5, rtol=0)
 
 
+def test_key_norm_and_z_anon_scale_options(method):
+    """``key.norm``: KeyGen vectors (inference) and random training keys get that L2 norm and keep their
+    direction; ``z_anon_scale`` scales T's output; the transform stays exactly invertible. Without the
+    options the keys are eq. 4's f(u) and z_anon = T(z, k) unchanged."""
+    torch.manual_seed(0)
+    cfg = dict(tiny_config(), key={"low": -1.0, "high": 1.0, "norm": 0.5}, z_anon_scale=0.25)
+    scaled = IFADIT(cfg, method.components)  # same networks, only the two options differ
+    keys = method.face_keys(Secret("norm"), 4)
+    with torch.no_grad():
+        raw = method.key_vectors(keys)
+        torch.testing.assert_close(raw, keygen_vectors(method.generator, keys))  # default: unchanged
+        k = scaled.key_vectors(keys)
+        torch.testing.assert_close(k.norm(dim=1), torch.full((4,), 0.5))
+        torch.testing.assert_close(k, raw * (0.5 / raw.norm(dim=1, keepdim=True)))
+        assert (raw.norm(dim=1) - 0.5).abs().min() > 0.1  # the option really changed something
+        method.train_generator = torch.Generator().manual_seed(3)
+        scaled.train_generator = torch.Generator().manual_seed(3)
+        k_train, k_train_raw = scaled.random_key_vectors(5), method.random_key_vectors(5)
+        method.train_generator = None  # the fixture is shared: leave it as found
+        torch.testing.assert_close(k_train.norm(dim=1), torch.full((5,), 0.5))
+        torch.testing.assert_close(k_train, k_train_raw * (0.5 / k_train_raw.norm(dim=1, keepdim=True)))
+        flow = scaled.components["flow"]
+        z = scaled.identity(_faces(4))
+        assert torch.equal(method.transform(z, k), flow(z, k))  # default scale 1: eq. 3 as written
+        z_an = scaled.transform(z, k)
+        torch.testing.assert_close(z_an, 0.25 * flow(z, k))
+        assert (z_an - scaled.transform(z, scaled.key_vectors(method.face_keys(Secret("other"), 4)))).abs().max() > 1e-4
+        torch.testing.assert_close(scaled.inverse_transform(z_an, k), z, atol=1e-5, rtol=0)
+    with pytest.raises(ValueError, match="key.norm"):
+        IFADIT(dict(tiny_config(), key={"norm": 0.0}), method.components)
+    with pytest.raises(ValueError, match="z_anon_scale"):
+        IFADIT(dict(tiny_config(), z_anon_scale=-1.0), method.components)
+
+
 def test_background_refinement_keeps_the_border(method):
     x = _faces(2)
     keys = method.face_keys(Secret("k"), 2)

@@ -20,6 +20,11 @@ Training (``training/PROTOCOL.md``), two phases (Sec. 3.5):
 * stage 2 (phase II): SIF and ICL, everything else frozen: L_P2 = L_Anon + L_Div + L_DeAnon + L_Img
   (eq. 15-22) with the per-image weights of eq. 21.
 
+Two config options, off by default (eq. 3-4 as written), for small from-scratch runs: ``key.norm``
+rescales every secret vector k (inference and training alike) to that L2 norm, and ``z_anon_scale``
+multiplies T's output (z_anon = s * T(z, k), inverted exactly), since the SACB's positive log-scale
+expands the identity about e^(n_blocks * clamp / 2)-fold.
+
 Terms that need a network we do not have offline are switched by their lambda: the landmark extractor
 E_LM (eq. 13, 20; no pretrained differentiable landmark regressor is available), LPIPS (eq. 20, needs
 ``zoo.nn.lpips`` weights) and the face parser E_FP (eq. 20, needs BiSeNet weights). A config that
@@ -209,6 +214,19 @@ class IFADIT(NeuralMethod):
         super().__init__(config, components, extra)
         key = self.config.get("key", {})
         self.key_range = (float(key.get("low", -1.0)), float(key.get("high", 1.0)))
+        # Not in the paper (null = eq. 4 as written): rescale every secret vector k to this L2 norm, i.e.
+        # set how strongly the key drives the SACB subnets (input [z_half, k], z unit-norm). Untrained tiny
+        # flow: |k| = 1 / 8 (f's output) / 32 gives cos(T^-1(T(z, k1), k2), z) = 0.997 / 0.89 / 0.46.
+        self.key_norm = None if key.get("norm") is None else float(key["norm"])
+        if self.key_norm is not None and self.key_norm <= 0:
+            raise ValueError(f"key.norm must be positive or null, got {self.key_norm}")
+        # Not in the paper (1 = eq. 3 as written): z_anon = z_anon_scale * T(z, k), inverted exactly by
+        # T^-1(z_anon / z_anon_scale, k). The SACB log-scale a(.) = c * sigmoid(.) is positive, so every
+        # coupling can only expand (about e^(n_blocks * c / 2) at initialisation, ~7.4 with 4 blocks,
+        # c = 1); this brings the flow's output back to the unit-norm identity scale the mapper knows.
+        self.z_anon_scale = float(self.config.get("z_anon_scale", 1.0))
+        if self.z_anon_scale <= 0:
+            raise ValueError(f"z_anon_scale must be positive, got {self.z_anon_scale}")
         self.attr_input = str(self.config.get("attr_input", "signed"))  # "signed": [-1,1]; "unit": [0,1] (official)
         refine = self.config.get("refine", {})
         self.refine_enabled = bool(refine.get("enabled", True))
@@ -247,15 +265,22 @@ class IFADIT(NeuralMethod):
             img = F.interpolate(img, size=(self.resolution, self.resolution), mode="bilinear", align_corners=False, antialias=True)
         return img
 
+    def _rescale_key(self, k: torch.Tensor) -> torch.Tensor:
+        """Optional ``key.norm``: k [N, style_dim] -> k * norm / |k| (rows); unchanged when null."""
+        if self.key_norm is None:
+            return k
+        return k * (self.key_norm / k.norm(dim=1, keepdim=True).clamp_min(1e-12))
+
     def key_vectors(self, keys: Sequence[KeyMaterial]) -> torch.Tensor:
         """KeyGen (eq. 4) for one key per face -> [N, style_dim] on the method's device."""
-        return keygen_vectors(self.generator, keys, *self.key_range).to(self.dtype)
+        return self._rescale_key(keygen_vectors(self.generator, keys, *self.key_range)).to(self.dtype)
 
     def random_key_vectors(self, n: int) -> torch.Tensor:
-        """Training keys: uniform vectors from ``self.train_generator`` through f -> [n, style_dim]."""
+        """Training keys: uniform vectors from ``self.train_generator`` through f -> [n, style_dim]
+        (same ``key.norm`` rescaling as :meth:`key_vectors`)."""
         low, high = self.key_range
         u = torch.rand(n, self.generator.style_dim, generator=self.train_generator) * (high - low) + low
-        return self.generator.mapping(u.to(self.device))
+        return self._rescale_key(self.generator.mapping(u.to(self.device)))
 
     def refine_mask(self, x: torch.Tensor) -> torch.Tensor:
         """Soft face mask M [N,1,R,R] in [0,1] for eq. 11: parser face region (or the template
@@ -280,13 +305,21 @@ class IFADIT(NeuralMethod):
         m = self.refine_mask(x)
         return m * generated + (1 - m) * x
 
+    def transform(self, z: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """SIF (eq. 3): z [N, id_dim] -> z_anon = z_anon_scale * T(z, k) (scale 1 unless configured)."""
+        return self.components["flow"](z, k) * self.z_anon_scale
+
+    def inverse_transform(self, z_anon: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Exact inverse of :meth:`transform`: T^-1(z_anon / z_anon_scale, k) -> z [N, id_dim]."""
+        return self.components["flow"].inverse(z_anon / self.z_anon_scale, k)
+
     def anonymize_latent(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """G(M(T(E_ID(X), k), E_Attr(X))) without refinement (eq. 9)."""
-        return self.synthesize(self.components["flow"](self.identity(x), k), self.attributes(x))
+        return self.synthesize(self.transform(self.identity(x), k), self.attributes(x))
 
     def recover_latent(self, y: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """G(M(T^-1(C(E_ID(Y)), k), E_Attr(Y))) without refinement (eq. 10)."""
-        z = self.components["flow"].inverse(self.components["icl"](self.identity(y)), k)
+        z = self.inverse_transform(self.components["icl"](self.identity(y)), k)
         return self.synthesize(z, self.attributes(y))
 
     def reconstruct(self, x: torch.Tensor) -> torch.Tensor:
@@ -435,7 +468,7 @@ class IFADIT(NeuralMethod):
         return total
 
     def _phase2_losses(self, x: torch.Tensor, lam: Mapping[str, Any]) -> tuple[torch.Tensor, dict[str, float]]:
-        flow, icl = self.components["flow"], self.components["icl"]
+        icl = self.components["icl"]
         n = x.shape[0]
         with torch.no_grad():
             z = self.identity(x)
@@ -443,15 +476,15 @@ class IFADIT(NeuralMethod):
         # one key shared by the batch (inter-identity diversity) and a second, different key
         k1 = self.random_key_vectors(1).expand(n, -1)
         k2 = self.random_key_vectors(1).expand(n, -1)
-        z_an = flow(z, k1)
+        z_an = self.transform(z, k1)
         x_an = self.synthesize(z_an, a)  # X_anon | s1
-        x_an2 = self.synthesize(flow(z, k2), a)  # X_anon | s2
+        x_an2 = self.synthesize(self.transform(z, k2), a)  # X_anon | s2
         e_an, e_an2 = self.identity(x_an), self.identity(x_an2)
         # recovery from the anonymized image: right key and wrong key (eq. 10)
         z_hat = icl(e_an)
         a_an = self.attributes(x_an)
-        x_rec = self.synthesize(flow.inverse(z_hat, k1), a_an)
-        x_wrong = self.synthesize(flow.inverse(z_hat, k2), a_an)
+        x_rec = self.synthesize(self.inverse_transform(z_hat, k1), a_an)
+        x_wrong = self.synthesize(self.inverse_transform(z_hat, k2), a_an)
         e_rec, e_wrong = self.identity(x_rec), self.identity(x_wrong)
 
         div_terms = [losses.identity_similarity_hinge(e_an, e_an2)]  # inter-key diversity
