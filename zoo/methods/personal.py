@@ -147,7 +147,7 @@ def unrotate_direction(
     r = residual(ns)
     # brackets [ns[j], ns[j+1]] (n decreasing) where the residual goes from > 0 to <= 0 or back
     change = (r[:, :-1] > 0) != (r[:, 1:] > 0)  # [N, grid-1]
-    change[:, -1] |= ~change.any(1)  # no sign change on the grid: fall back to the last interval
+    change[:, 0] |= ~change.any(1)  # no sign change on the grid (|A| > 1): fall back to the interval at n = 1
     hi, lo = ns[:, :-1].clone(), ns[:, 1:].clone()  # every interval, refined together; only brackets used
     sign_hi = r[:, :-1] > 0
     for _ in range(iters):
