@@ -4,10 +4,6 @@ process-deterministic, checkpoints round-trip, and the official checkpoint layou
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,12 +11,12 @@ import torch
 import torch.nn.functional as F
 
 from zoo.convert import ConversionError, get_converter
+from fresh_process import anonymize_in_fresh_process
 from zoo.keys import Secret
 from zoo.methods.ifadit import IFADIT, IdentityCompensation, LatentMapper, keygen_vectors
 from zoo.nn.flows import SecureIdentityFlow
 from zoo.nn.stylegan2 import Generator
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny networks: one torch thread is faster
 
 
@@ -201,15 +197,7 @@ def test_save_load_roundtrip_and_new_process(method, tmp_path):
     rec_b = np.asarray(loaded.recover(a, key="same secret", aligned=True))
     assert np.array_equal(rec_a, rec_b)
     # same secret, fresh interpreter -> the same anonymized crop
-    np.save(tmp_path / "crop.npy", crop)
-    code = (
-        f"import numpy as np, torch; torch.set_num_threads({torch.get_num_threads()}); from zoo import load;"
-        f"m = load('ifadit', local_dir={str(tmp_path / 'ckpt')!r}, device='cpu');"
-        f"np.save({str(tmp_path / 'out.npy')!r}, np.asarray(m.anonymize(np.load({str(tmp_path / 'crop.npy')!r}), key='same secret', aligned=True)))"
-    )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=120)
-    out = np.load(tmp_path / "out.npy").astype(int)
+    out = anonymize_in_fresh_process("ifadit", tmp_path / "ckpt", crop, "same secret", tmp_path).astype(int)
     assert np.array_equal(out, a), (np.abs(out - a).max(), (out != a).sum())
 
 

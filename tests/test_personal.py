@@ -6,16 +6,13 @@ from __future__ import annotations
 
 import itertools
 import math
-import os
-import subprocess
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
+from fresh_process import anonymize_in_fresh_process
 from zoo.keys import Secret
 from zoo.methods.personal import (
     PasswordKeyMaterial,
@@ -30,7 +27,6 @@ from zoo.methods.personal import (
     unrotate_identity,
 )
 
-ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.usefixtures("one_thread")  # tiny networks: one torch thread is faster
 
 
@@ -223,15 +219,7 @@ def test_checkpoint_roundtrip_with_library_and_new_process(method, tmp_path):
     assert np.array_equal(a, b)
     rec_a = np.asarray(method.recover(a, key="123456", aligned=True, level=7))
     assert np.array_equal(rec_a, np.asarray(loaded.recover(a, key="123456", aligned=True, level=7)))
-    np.save(tmp_path / "crop.npy", crop)
-    code = (
-        f"import numpy as np, torch; torch.set_num_threads({torch.get_num_threads()}); from zoo import load;"
-        f"m = load('personal', local_dir={str(tmp_path / 'ckpt')!r}, device='cpu');"
-        f"np.save({str(tmp_path / 'out.npy')!r}, np.asarray(m.anonymize(np.load({str(tmp_path / 'crop.npy')!r}), key='123456', aligned=True, level=7)))"
-    )
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
-    subprocess.run([sys.executable, "-c", code], check=True, env=env, cwd=ROOT, timeout=120)
-    out = np.load(tmp_path / "out.npy").astype(int)
+    out = anonymize_in_fresh_process("personal", tmp_path / "ckpt", crop, "123456", tmp_path, level=7).astype(int)
     assert np.array_equal(out, a), (np.abs(out - a).max(), (out != a).sum())
 
 
