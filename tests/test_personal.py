@@ -122,6 +122,17 @@ def test_overlap_prior_picks_the_right_preimage_in_a_lopsided_space(d):
     assert (unrotate_direction(u0, ref, d, overlap_prior=0.0) - z0).abs().max().item() < 1e-4
 
 
+def test_centered_library_spreads_references_of_a_lopsided_space():
+    g = torch.Generator().manual_seed(7)
+    common = torch.randn(1, 32, generator=g)
+    emb = 3 * F.normalize(common, dim=1) + F.normalize(torch.randn(40, 32, generator=g), dim=1)  # shared component
+    plain, centered = build_reference_base(emb), build_reference_base(emb, center=True)
+    off_diagonal = ~torch.eye(40, dtype=torch.bool)
+    assert (plain @ plain.T)[off_diagonal].mean() > 0.8
+    assert (centered @ centered.T)[off_diagonal].mean().abs() < 0.1
+    torch.testing.assert_close(centered.norm(dim=1), torch.ones(40))
+
+
 def test_library_stores_the_typical_overlap(method):
     fresh = Personal(dict(tiny_config()), dict(method.components))
     assert fresh.overlap_prior is None  # no library yet: recovery keeps the largest-norm root

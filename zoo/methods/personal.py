@@ -222,21 +222,24 @@ def unrank_combination(rank: int, n: int, k: int) -> list[int]:
     return out
 
 
-def build_reference_base(embeddings: torch.Tensor, labels: Sequence[Any] | None = None) -> torch.Tensor:
+def build_reference_base(embeddings: torch.Tensor, labels: Sequence[Any] | None = None, center: bool = False) -> torch.Tensor:
     """Base identities of the library: one unit-norm mean embedding per identity.
 
     ``embeddings [N, D]`` of training images; ``labels`` (length N) groups images of one identity
     (None: every image is its own identity). Returns ``[M, D]`` in label order of first appearance.
+    ``center`` (not in the paper, off by default) subtracts the identities' mean before normalising:
+    for an encoder whose space has a large common component (the tiny distilled one: references of
+    two passwords at cosine 0.81), so that different passwords point in different directions.
     """
     e = F.normalize(embeddings.float(), dim=1)
-    if labels is None:
-        return e
-    if len(labels) != e.shape[0]:
-        raise ValueError("need one label per embedding")
-    groups: dict[Any, list[int]] = {}
-    for i, lab in enumerate(labels):
-        groups.setdefault(lab, []).append(i)
-    return F.normalize(torch.stack([e[idx].mean(0) for idx in groups.values()]), dim=1)
+    if labels is not None:
+        if len(labels) != e.shape[0]:
+            raise ValueError("need one label per embedding")
+        groups: dict[Any, list[int]] = {}
+        for i, lab in enumerate(labels):
+            groups.setdefault(lab, []).append(i)
+        e = F.normalize(torch.stack([e[idx].mean(0) for idx in groups.values()]), dim=1)
+    return F.normalize(e - e.mean(0, keepdim=True), dim=1) if center else e
 
 
 def _library_params(m: int, k: int, seed: int) -> dict[str, Any]:
@@ -379,20 +382,24 @@ class Personal(NeuralMethod):
         lib = config.get("library") or {}
         if lib.get("data"):
             images, labels = load_library_images(lib["data"], lib.get("limit"), bool(lib.get("labels_from_subfolders", False)), res)
-            method.build_library(images, labels, k=int(lib.get("k", 10)), seed=int(lib.get("seed", 0)))
+            method.build_library(images, labels, k=int(lib.get("k", 10)), seed=int(lib.get("seed", 0)), center=bool(lib.get("center", False)))
         return method
 
     @torch.no_grad()
-    def build_library(self, images: torch.Tensor, labels: Sequence[Any] | None = None, k: int = 10, seed: int = 0, batch: int = 32) -> torch.Tensor:
-        """Embed training faces ``[N,3,R,R]`` in [-1,1] with E_id and install the reference library."""
+    def build_library(
+        self, images: torch.Tensor, labels: Sequence[Any] | None = None, k: int = 10, seed: int = 0, batch: int = 32, center: bool = False
+    ) -> torch.Tensor:
+        """Embed training faces ``[N,3,R,R]`` in [-1,1] with E_id and install the reference library
+        (``center``: see :func:`build_reference_base`)."""
         enc = self.components["identity_encoder"]
         was = enc.training
         enc.eval()
         dev = next(enc.parameters()).device
         emb = torch.cat([self.identity(images[i : i + batch].to(dev)).cpu() for i in range(0, images.shape[0], batch)])
         enc.train(was)
-        base = build_reference_base(emb, labels)
+        base = build_reference_base(emb, labels, center)
         self.set_reference_library(base, k=k, seed=seed)
+        self.config["library"]["center"] = bool(center)
         self.config["library"]["overlap_prior"] = self._typical_overlap(F.normalize(emb.float(), dim=1), seed)
         return base
 
@@ -536,11 +543,12 @@ def main(argv: list[str] | None = None) -> None:
     b.add_argument("--limit", type=int)
     b.add_argument("--labels-from-subfolders", action="store_true", help="images of one identity share a sub-folder")
     b.add_argument("--seed", type=int, default=0)
+    b.add_argument("--center", action="store_true", help="subtract the identities' mean first (not in the paper; see build_reference_base)")
     args = p.parse_args(argv)
     method = Personal.from_pretrained(args.checkpoint)
     images, labels = load_library_images(args.data, args.limit, args.labels_from_subfolders, method.resolution)
     method.config["library"] = {"data": args.data, "labels_from_subfolders": args.labels_from_subfolders}
-    base = method.build_library(images, labels, k=args.k, seed=args.seed)
+    base = method.build_library(images, labels, k=args.k, seed=args.seed, center=args.center)
     out = method.save_pretrained(args.out or args.checkpoint)
     print(f"{out}: reference library of {base.shape[0]} identities, k = {args.k}")
 
