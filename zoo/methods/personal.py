@@ -74,6 +74,7 @@ __all__ = [
     "SixDigitPassword",
     "as_personal_secret",
     "build_reference_base",
+    "mix_identities",
     "Personal",
 ]
 
@@ -242,6 +243,12 @@ def build_reference_base(embeddings: torch.Tensor, labels: Sequence[Any] | None 
     return F.normalize(e - e.mean(0, keepdim=True), dim=1) if center else e
 
 
+def mix_identities(base: torch.Tensor, picks: Sequence[Sequence[int]]) -> torch.Tensor:
+    """Reference identities f(p): the normalised sum of the picked base identities, one row per pick
+    (``base [M, D]`` unit rows, each pick k indices) -> ``[len(picks), D]``."""
+    return torch.stack([F.normalize(base[list(idx)].sum(0), dim=0) for idx in picks])
+
+
 def _library_params(m: int, k: int, seed: int) -> dict[str, Any]:
     total = math.comb(m, k)
     if total < PASSWORD_SPACE:
@@ -324,9 +331,11 @@ class Personal(NeuralMethod):
                 "this personal checkpoint has no reference library: build one with "
                 "`python -m zoo.methods.personal build-library --checkpoint DIR --data ...`"
             )
-        base = self.extra["reference_base"]
-        refs = [F.normalize(base[self.password_identities(k.digits(6))].sum(0), dim=0) for k in keys]
-        return torch.stack(refs).to(self.device, self.dtype)
+        return self.password_references([k.digits(6) for k in keys]).to(self.device, self.dtype)
+
+    def password_references(self, passwords: Sequence[str]) -> torch.Tensor:
+        """f(p) for six-digit passwords -> [N, D] on the library's device (CPU), float32."""
+        return mix_identities(self.extra["reference_base"], [self.password_identities(p) for p in passwords])
 
     # -- DeidMethod ---------------------------------------------------------------------------------
     def generate(self, z_id: torch.Tensor, x_attr: torch.Tensor) -> torch.Tensor:
@@ -407,8 +416,7 @@ class Personal(NeuralMethod):
         """Mean z . f(p) of training faces with the references of ``passwords`` seeded random passwords:
         the overlap A that recovery expects (:func:`unrotate_direction`); ~0 in a well-spread space."""
         rng = random.Random(f"personal-overlap|{seed}")
-        base = self.extra["reference_base"]
-        refs = torch.stack([F.normalize(base[self.password_identities(f"{rng.randrange(PASSWORD_SPACE):06d}")].sum(0), dim=0) for _ in range(passwords)])
+        refs = self.password_references([f"{rng.randrange(PASSWORD_SPACE):06d}" for _ in range(passwords)])
         return round(float((embeddings @ refs.T).mean()), 6)
 
     @property
@@ -465,8 +473,8 @@ class Personal(NeuralMethod):
         k = int(self.config["library"]["k"])
         out = z_s.clone()
         for i in torch.nonzero(rows).flatten().tolist():
-            pick = torch.randperm(base.shape[0], generator=self.train_generator)[:k].to(base.device)
-            ref = F.normalize(base[pick].sum(0, keepdim=True), dim=1)
+            pick = torch.randperm(base.shape[0], generator=self.train_generator)[:k].tolist()
+            ref = mix_identities(base, [pick])
             level = int(torch.randint(0, len(LEVELS), (1,), generator=self.train_generator))
             out[i] = F.normalize(rotate_identity(z_s[i : i + 1], ref, level), dim=1)[0]
         return out
