@@ -279,9 +279,13 @@ def load_eval_images(spec: str, size: int = 256, limit: int | None = None) -> tu
 
 # ============================================================ running a method
 def _run(method, op: str, images: np.ndarray, key: str | None, controls: Mapping[str, Any]) -> tuple[np.ndarray, int]:
-    """``method.anonymize/recover`` on aligned crops -> (uint8 [N,H,W,3], number of fail-closed fallbacks)."""
-    fn = method.anonymize if op == "anonymize" else method.recover
-    results = fn(list(images), key=key, aligned=True, **dict(controls))
+    """``method.anonymize/recover/reconstruction`` on aligned crops -> (uint8 [N,H,W,3], number of
+    fail-closed fallbacks); ``reconstruct`` takes no key."""
+    if op == "reconstruct":
+        results = method.reconstruction(list(images), aligned=True, **dict(controls))
+    else:
+        fn = method.anonymize if op == "anonymize" else method.recover
+        results = fn(list(images), key=key, aligned=True, **dict(controls))
     arr = np.stack([np.asarray(r.image.convert("RGB")) for r in results])
     fallbacks = sum(len(r.fallbacks) for r in results)
     return arr, fallbacks
@@ -400,9 +404,7 @@ def evaluate(
         outputs["wrong_key"], fallbacks["recover_wrong_key"] = _run(method, "recover", anon, wrong_key, controls)
     reconstructs = bool(getattr(method, "can_reconstruct", False))
     if reconstructs:  # the generator with the identity unchanged: how far synthesis alone moves the face
-        results = method.reconstruction(list(images), aligned=True, **dict(controls))
-        outputs["reconstructed"] = np.stack([np.asarray(r.image.convert("RGB")) for r in results])
-        fallbacks["reconstruct"] = sum(len(r.fallbacks) for r in results)
+        outputs["reconstructed"], fallbacks["reconstruct"] = _run(method, "reconstruct", images, None, controls)
     diversity_keys = [key] + [f"{key} / diversity {i}" for i in range(1, n_keys)] if (uses_key and n_keys >= 2) else []
     div_outputs = [anon] + [_run(method, "anonymize", images, k, controls)[0] for k in diversity_keys[1:]]
     degraded = {name: fn(anon) for name, fn in ROBUSTNESS.items()} if robustness else {}
