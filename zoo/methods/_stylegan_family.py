@@ -472,7 +472,8 @@ class _TrainingMixin:
         Stage 1: disentangler + retention + generator synthesis; stage 2: also the editor (both papers
         train the decoder too: the authors' code fine-tunes it). The mapping network (``style.*``) only
         makes keys and stays frozen; e4e is frozen (the papers). Stage 0 (backbone) trains e4e +
-        retention + generator synthesis.
+        retention + generator synthesis. ``train_generator`` (config, or per stage) false keeps the
+        synthesis network frozen too, e.g. in stage 0 on a generator trained as a GAN (training/gan.py).
         """
         if stage not in self.stages:
             raise ValueError(f"{self.name} has stages {self.stages}, not {stage}")
@@ -483,7 +484,7 @@ class _TrainingMixin:
             names = [self.disentangler_name, self.retention_name] + ([self.editor_name] if stage == 2 else [])
         for name in names:
             g += list(self.components[name].parameters())
-        if self.config.get("train_generator", True):
+        if self._stage_cfg(stage).get("train_generator", self.config.get("train_generator", True)):
             g += [p for n, p in self.generator.named_parameters() if not n.startswith("style.")]
         groups: dict[str, list[nn.Parameter]] = {}
         if "discriminator" in self.components and self._lambda(stage, "adv") > 0:
@@ -565,6 +566,15 @@ class _TrainingMixin:
         out = {"x_rec": self.synthesize(codes, self.retention(feats)), "w": [codes]}
         if self._lambda(0, "rec_w") > 0:
             out["x_rec_w"] = self.generator.synthesize(codes, noise_mode="const")
+        if self._lambda(0, "latent") > 0:
+            # the encoder on the generator's own faces, whose codes are known: w = f(z) for random z,
+            # repeated over the layers as e4e's codes nearly are; E(G(w)) must give w back
+            n = batch["image"].shape[0]
+            with torch.no_grad():
+                z = torch.randn(n, self.generator.style_dim, generator=self._rng()).to(codes.device)
+                w = self.generator.mapping(z).unsqueeze(1).expand(-1, self.generator.n_latent, -1)
+                x_w = self.generator.synthesize(w, noise_mode="const")
+            out["latent"] = (self.encode(x_w)[0], w)
         return out
 
     def _anonymization_pass(self, batch: dict[str, torch.Tensor]) -> dict[str, Any]:
@@ -642,6 +652,8 @@ class _TrainingMixin:
             terms.update(self._image_terms(batch["image"], fakes, stage))
             if "x_rec_w" in out:
                 terms["rec_w"] = L.l1_loss(out["x_rec_w"], batch["image"])
+            if "latent" in out:  # not in e4e: codes regressed on generated faces (re-encoding G's outputs)
+                terms["latent"] = L.l1_loss(*out["latent"])
         elif stage == 1:
             target = out["x_attr"]
             e_mix, e_attr = self._embed(out["x_mix"]), self._embed(target).detach()

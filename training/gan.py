@@ -1,0 +1,124 @@
+"""StyleGAN2 trained as a GAN on the training data: the backbone DBAF and HFORD start from.
+
+Both papers start from the FFHQ StyleGAN2 and its e4e encoder. Those weights are not reachable
+offline, and the tiny recipes' stage 0 (an autoencoder trained for minutes) leaves a W+ space in
+which the keyed edits land off the face manifold (``benchmarks/results/{dbaf,hford}_tiny_cpu_chain.md``).
+This trains the zoo's :class:`zoo.nn.stylegan2.Generator` the way StyleGAN2 is trained (Karras et al.
+2020, "Analyzing and Improving the Image Quality of StyleGAN"), on any data source of the trainer
+(the synthetic faces by default), so that every w drawn from the mapping network gives a face:
+
+* D: non-saturating logistic loss + lazy R1 on reals (``r1: {gamma, every}``);
+* G: non-saturating logistic loss, with style mixing (two z, a random crossover layer) with
+  probability ``mixing`` (0.9 in the paper);
+* noise inputs drawn per sample; every random draw comes from the trainer's seeded generator, so a
+  resumed run equals one run straight through. The path-length regulariser is not included.
+
+    accelerate launch training/train.py --config training/configs/stylegan2_synthetic.yaml --stage 1 --output-dir outputs/stylegan2_synthetic/stage1
+
+The saved model folder holds ``generator/`` (EMA weights when ``ema`` is set), which the DBAF/HFORD
+configs take as ``pretrained: {generator: outputs/stylegan2_synthetic/stage1/model/generator}``.
+This is a backbone, not a de-identification method: ``anonymize_faces`` raises.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Sequence
+
+import torch
+from torch import nn
+
+from zoo import losses
+from zoo.keys import KeyMaterial
+from zoo.methods.base import NeuralMethod
+from zoo.nn.stylegan2 import Discriminator, Generator
+
+__all__ = ["StyleGAN2Pretraining"]
+
+
+class StyleGAN2Pretraining(NeuralMethod):
+    """Components ``generator`` and ``discriminator``; one stage (1), groups ``d`` then ``g``."""
+
+    name = "stylegan2"
+    summary = "StyleGAN2 trained as a GAN (backbone for DBAF / HFORD), not a de-identification method."
+    reversible = False
+    uses_key = False
+    component_names = ("generator", "discriminator")
+    stages: ClassVar[tuple[int, ...]] = (1,)
+    resolution = 64
+
+    train_generator: torch.Generator | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "StyleGAN2Pretraining":
+        model = config.get("model", {})
+        res = int(config.get("resolution", cls.resolution))
+        gen_kw = {"size": res, **model.get("generator", {})}
+        disc_kw = {"size": res, **model.get("discriminator", {})}
+        if gen_kw["size"] != res or disc_kw["size"] != res:
+            raise ValueError(f"generator/discriminator size must equal resolution {res}")
+        return cls(config, {"generator": Generator(**gen_kw), "discriminator": Discriminator(**disc_kw)})
+
+    @property
+    def generator(self) -> Generator:
+        return self.components["generator"]
+
+    # ------------------------------------------------------------------ protocol
+    def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
+        if stage != 1:
+            raise ValueError(f"stylegan2 has stages (1,), not {stage}")
+        return {"d": list(self.components["discriminator"].parameters()), "g": list(self.generator.parameters())}
+
+    def _stage(self) -> dict[str, Any]:
+        stages = self.config.get("stages", {})
+        return stages.get(1, stages.get("1", {})) or {}
+
+    def sample_images(self, n: int) -> torch.Tensor:
+        """n images [n,3,R,R] from random z, noise and (with probability ``mixing``) a style crossover,
+        every draw from ``self.train_generator``."""
+        g, gen = self.generator, self.train_generator
+        z = torch.randn(2, n, g.style_dim, generator=gen).to(self.device)
+        noise = [torch.randn(n, 1, *getattr(g.noises, f"noise_{i}").shape[-2:], generator=gen).to(self.device) for i in range(g.num_layers)]
+        mix = torch.rand((), generator=gen).item() < float(self._stage().get("mixing", 0.9))
+        if mix:
+            cross = int(torch.randint(1, g.n_latent, (), generator=gen).item())
+            image, _ = g([z[0], z[1]], inject_index=cross, noise=noise)
+        else:
+            image, _ = g([z[0]], noise=noise)
+        return image
+
+    def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int):
+        disc = self.components["discriminator"]
+        real = batch["image"]
+        n = real.shape[0]
+        if group == "d":
+            with torch.no_grad():
+                fake = self.sample_images(n)
+            r1 = self._stage().get("r1") or {}
+            every = int(r1.get("every", 16))
+            regularize = float(r1.get("gamma", 0)) > 0 and step % every == 0
+            real = real.detach().requires_grad_(regularize)
+            real_pred = disc(real)
+            loss = losses.nonsaturating_d_loss(real_pred, disc(fake))
+            logs = {"d_adv": float(loss.detach())}
+            if regularize:
+                reg = losses.lazy_r1_loss(real_pred, real, float(r1["gamma"]), every)
+                logs["r1"] = float(reg.detach())
+                loss = loss + reg
+            logs["total"] = float(loss.detach())
+            return loss, logs
+        if group == "g":
+            loss = losses.nonsaturating_g_loss(disc(self.sample_images(n)))
+            return loss, {"g_adv": float(loss.detach()), "total": float(loss.detach())}
+        raise ValueError(f"no group {group!r} in stylegan2")
+
+    @torch.no_grad()
+    def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """Rows: real faces, and generated faces from fixed z (noise buffers, no mixing)."""
+        x = batch["image"]
+        z = torch.randn(x.shape[0], self.generator.style_dim, generator=torch.Generator().manual_seed(1234)).to(self.device)
+        w = self.generator.mapping(z)
+        return {"real": x, "generated": self.generator.synthesize(w, noise_mode="const").clamp(-1, 1)}
+
+    # ------------------------------------------------------------------ not a de-identification method
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        raise NotImplementedError("stylegan2 is a backbone for DBAF / HFORD, not a de-identification method")
