@@ -100,6 +100,28 @@ def test_ema_update_and_swap():
     assert other.decay == 0.75 and other.num_updates == 1
 
 
+def test_ema_warmup_follows_the_num_updates_rule():
+    """decay_n = min(decay, (1 + n) / (10 + n)): 0.1, 2/11, ... until the configured decay takes over."""
+    p = torch.nn.Parameter(torch.zeros(1))
+    ema = EMA([p], decay=0.5, warmup=True)
+    with torch.no_grad():
+        p.fill_(1.0)
+    expected, shadow = [], 0.0
+    for n in range(12):
+        d = min(0.5, (1 + n) / (10 + n))
+        assert ema.current_decay() == pytest.approx(d)
+        ema.update()
+        shadow = d * shadow + (1 - d) * 1.0
+        expected.append(shadow)
+        assert ema.shadow[0].item() == pytest.approx(shadow, rel=1e-6)
+    assert expected[0] == pytest.approx(0.9)  # the first update keeps 10% of the initial weights
+    assert ema.current_decay() == 0.5  # (1 + 12) / 22 > 0.5
+    resumed = EMA([torch.nn.Parameter(torch.zeros(1))], decay=0.5)
+    resumed.load_state_dict(ema.state_dict())
+    assert resumed.warmup and resumed.current_decay() == 0.5
+    assert EMA([p], decay=0.999).current_decay() == 0.999  # no warm-up unless asked
+
+
 def test_step_batches_are_a_function_of_the_step(image_dir):
     src = FolderSource(image_dir, RES, seed=3)
     straight = iter(StepBatches(src, batch_size=3, grad_accum=2))

@@ -300,7 +300,7 @@ def train(
     ema = None
     ema_cfg = cfg.get("ema")
     if ema_cfg and ema_cfg.get("group") in groups:
-        ema = EMA(groups[ema_cfg["group"]], float(ema_cfg.get("decay", 0.999)))
+        ema = EMA(groups[ema_cfg["group"]], float(ema_cfg.get("decay", 0.999)), bool(ema_cfg.get("warmup", False)))
         ema_group = ema_cfg["group"]
 
     wrapper = _MethodModule(m)
