@@ -99,3 +99,13 @@ def test_stage0_frozen_generator_and_latent_regression():
     torch.testing.assert_close(w[:, 0], w[:, -1])  # one w per face, repeated over the layers
     codes.abs().mean().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.encoder.parameters())
+
+
+def test_check_generator_detects_faces_in_real_faces_and_not_in_a_random_generator():
+    from training.gan import check_generator
+
+    torch.manual_seed(0)
+    gen = Generator(size=64, style_dim=32, n_mlp=2, channel_max=16)
+    result = check_generator(gen, n=8)
+    assert result["real_detection_rate"] == 1.0  # the held-out synthetic faces are faces
+    assert result["generated_detection_rate"] == 0.0  # an untrained generator draws none
