@@ -109,3 +109,20 @@ def test_check_generator_detects_faces_in_real_faces_and_not_in_a_random_generat
     result = check_generator(gen, n=8)
     assert result["real_detection_rate"] == 1.0  # the held-out synthetic faces are faces
     assert result["generated_detection_rate"] == 0.0  # an untrained generator draws none
+
+
+def test_live_generator_is_the_run_weights_and_not_the_average(tmp_path):
+    from training.gan import live_generator, main
+
+    no_ema = gan_config(steps=2)
+    no_ema["ema"] = None
+    train(StyleGAN2Pretraining, no_ema, 1, tmp_path / "plain", log_with=None, progress=False)
+    saved = Generator.from_pretrained(str(tmp_path / "plain" / "model" / "generator")).state_dict()
+    for name, t in live_generator(str(tmp_path / "plain")).state_dict().items():
+        torch.testing.assert_close(t, saved[name], atol=0, rtol=0, msg=name)  # no EMA: the saved model is live
+
+    train(StyleGAN2Pretraining, gan_config(steps=2), 1, tmp_path / "ema", log_with=None, progress=False)
+    averaged = Generator.from_pretrained(str(tmp_path / "ema" / "model" / "generator")).state_dict()
+    main(["export-live", "--run-dir", str(tmp_path / "ema"), "--out", str(tmp_path / "live")])
+    live = Generator.from_pretrained(str(tmp_path / "live")).state_dict()
+    assert any(not torch.equal(live[k], averaged[k]) for k in live)  # EMA 0.9: the average lags the run

@@ -34,7 +34,7 @@ from zoo.keys import KeyMaterial
 from zoo.methods.base import NeuralMethod
 from zoo.nn.stylegan2 import Discriminator, Generator
 
-__all__ = ["StyleGAN2Pretraining", "face_detection_rate", "check_generator", "main"]
+__all__ = ["StyleGAN2Pretraining", "face_detection_rate", "check_generator", "live_generator", "main"]
 
 
 class StyleGAN2Pretraining(NeuralMethod):
@@ -159,8 +159,27 @@ def check_generator(generator: Generator, n: int = 64, seed: int = 1234, data_se
     }
 
 
+def live_generator(run_dir: str) -> Generator:
+    """The generator of a training run with its live (not EMA-averaged) weights, read from the run's
+    accelerate state (``RUN/state/model.safetensors``, tensors only) into ``RUN/model/generator``'s
+    architecture. The EMA of a short run still carries much of the random initialisation."""
+    from pathlib import Path
+
+    from safetensors.torch import load_file
+
+    run = Path(run_dir)
+    gen = Generator.from_pretrained(str(run / "model" / "generator"))
+    prefix = "components.generator."
+    state = {k[len(prefix) :]: v for k, v in load_file(str(run / "state" / "model.safetensors")).items() if k.startswith(prefix)}
+    if not state:
+        raise ValueError(f"{run}/state/model.safetensors holds no '{prefix}*' tensors")
+    gen.load_state_dict(state)
+    return gen
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
-    """``python -m training.gan check --generator DIR [--n 64]``: prints the detection rates as JSON."""
+    """``python -m training.gan check --generator DIR [--n 64]`` (detection rates as JSON) and
+    ``python -m training.gan export-live --run-dir RUN --out DIR`` (the live generator weights)."""
     import argparse
     import json
 
@@ -169,8 +188,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     c = sub.add_parser("check", help="face detection rate on generated vs held-out synthetic faces")
     c.add_argument("--generator", required=True, help="a saved generator folder, e.g. OUT/model/generator")
     c.add_argument("--n", type=int, default=64)
+    e = sub.add_parser("export-live", help="save a run's live (non-EMA) generator as a generator folder")
+    e.add_argument("--run-dir", required=True, help="the --output-dir of the GAN run")
+    e.add_argument("--out", required=True)
     args = p.parse_args(argv)
-    result = {"generator": args.generator, **check_generator(Generator.from_pretrained(args.generator), args.n)}
+    if args.cmd == "export-live":
+        live_generator(args.run_dir).save_pretrained(args.out)
+        result = {"generator": args.out, "from": f"{args.run_dir}/state (live weights)"}
+    else:
+        result = {"generator": args.generator, **check_generator(Generator.from_pretrained(args.generator), args.n)}
     print(json.dumps(result, indent=2))
     return result
 
