@@ -35,11 +35,10 @@ from typing import Any, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from zoo import imageio  # noqa: E402
+from zoo import imageio, losses  # noqa: E402
 from zoo.keys import KeyMaterial, Secret  # noqa: E402
 
 __all__ = ["as_saved_file", "relative_error", "stylegan_chain", "ifadit_chain", "judge_rows", "main"]
@@ -58,7 +57,7 @@ def relative_error(a: torch.Tensor, b: torch.Tensor) -> float:
 
 
 def _cos(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float(F.cosine_similarity(a.flatten(1), b.flatten(1), dim=1).mean())
+    return float(losses.cosine_similarity(a, b).mean())
 
 
 @torch.no_grad()

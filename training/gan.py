@@ -34,7 +34,7 @@ from zoo.keys import KeyMaterial
 from zoo.methods.base import NeuralMethod
 from zoo.nn.stylegan2 import Discriminator, Generator
 
-__all__ = ["StyleGAN2Pretraining", "face_detection_rate", "check_generator", "live_generator", "main"]
+__all__ = ["StyleGAN2Pretraining", "draw_faces", "face_detection_rate", "check_generator", "live_generator", "main"]
 
 
 class StyleGAN2Pretraining(NeuralMethod):
@@ -70,17 +70,13 @@ class StyleGAN2Pretraining(NeuralMethod):
             raise ValueError(f"stylegan2 has stages (1,), not {stage}")
         return {"d": list(self.components["discriminator"].parameters()), "g": list(self.generator.parameters())}
 
-    def _stage(self) -> dict[str, Any]:
-        stages = self.config.get("stages", {})
-        return stages.get(1, stages.get("1", {})) or {}
-
     def sample_images(self, n: int) -> torch.Tensor:
         """n images [n,3,R,R] from random z, noise and (with probability ``mixing``) a style crossover,
         every draw from ``self.train_generator``."""
         g, gen = self.generator, self.train_generator
         z = torch.randn(2, n, g.style_dim, generator=gen).to(self.device)
         noise = [torch.randn(n, 1, *getattr(g.noises, f"noise_{i}").shape[-2:], generator=gen).to(self.device) for i in range(g.num_layers)]
-        mix = torch.rand((), generator=gen).item() < float(self._stage().get("mixing", 0.9))
+        mix = torch.rand((), generator=gen).item() < float(self.stage_config(1).get("mixing", 0.9))
         if mix:
             cross = int(torch.randint(1, g.n_latent, (), generator=gen).item())
             image, _ = g([z[0], z[1]], inject_index=cross, noise=noise)
@@ -95,7 +91,7 @@ class StyleGAN2Pretraining(NeuralMethod):
         if group == "d":
             with torch.no_grad():
                 fake = self.sample_images(n)
-            r1 = self._stage().get("r1") or {}
+            r1 = self.stage_config(1).get("r1") or {}
             every = int(r1.get("every", 16))
             regularize = float(r1.get("gamma", 0)) > 0 and step % every == 0
             real = real.detach().requires_grad_(regularize)
@@ -117,9 +113,7 @@ class StyleGAN2Pretraining(NeuralMethod):
     def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """Rows: real faces, and generated faces from fixed z (noise buffers, no mixing)."""
         x = batch["image"]
-        z = torch.randn(x.shape[0], self.generator.style_dim, generator=torch.Generator().manual_seed(1234)).to(self.device)
-        w = self.generator.mapping(z)
-        return {"real": x, "generated": self.generator.synthesize(w, noise_mode="const").clamp(-1, 1)}
+        return {"real": x, "generated": draw_faces(self.generator, x.shape[0])}
 
     # ------------------------------------------------------------------ not a de-identification method
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
@@ -129,6 +123,15 @@ class StyleGAN2Pretraining(NeuralMethod):
 # ------------------------------------------------------------------------------------------------
 # Does the generator draw faces? (command line)
 # ------------------------------------------------------------------------------------------------
+
+
+@torch.no_grad()
+def draw_faces(generator: Generator, n: int, seed: int = 1234, chunk: int = 16) -> torch.Tensor:
+    """``n`` images [n,3,R,R] in [-1,1] from fixed z (seeded) through the mapping network, with the
+    noise buffers: the same faces every call, for sample grids and :func:`check_generator`."""
+    z = torch.randn(n, generator.style_dim, generator=torch.Generator().manual_seed(seed)).to(generator.device)
+    out = [generator.synthesize(generator.mapping(z[i : i + chunk]), noise_mode="const") for i in range(0, n, chunk)]
+    return torch.cat(out).clamp(-1, 1)
 
 
 @torch.no_grad()
@@ -148,13 +151,11 @@ def check_generator(generator: Generator, n: int = 64, seed: int = 1234, data_se
     from training.synthetic import synthetic_faces_uint8
     from zoo import imageio
 
-    generator = generator.eval()
-    z = torch.randn(n, generator.style_dim, generator=torch.Generator().manual_seed(seed))
-    fake = torch.cat([generator.synthesize(generator.mapping(z[i : i + 16]), noise_mode="const") for i in range(0, n, 16)])
+    fake = draw_faces(generator.eval(), n, seed)
     real = synthetic_faces_uint8(n, seed=data_seed, resolution=generator.size, offset=10**9)
     return {
         "n": n,
-        "generated_detection_rate": face_detection_rate(imageio.from_tensor(fake.clamp(-1, 1))),
+        "generated_detection_rate": face_detection_rate(imageio.from_tensor(fake)),
         "real_detection_rate": face_detection_rate(real),
     }
 

@@ -484,7 +484,7 @@ class _TrainingMixin:
             names = [self.disentangler_name, self.retention_name] + ([self.editor_name] if stage == 2 else [])
         for name in names:
             g += list(self.components[name].parameters())
-        if self._stage_cfg(stage).get("train_generator", self.config.get("train_generator", True)):
+        if self.stage_config(stage).get("train_generator", self.config.get("train_generator", True)):
             g += [p for n, p in self.generator.named_parameters() if not n.startswith("style.")]
         groups: dict[str, list[nn.Parameter]] = {}
         if "discriminator" in self.components and self._lambda(stage, "adv") > 0:
@@ -493,12 +493,8 @@ class _TrainingMixin:
         return groups
 
     # -- helpers ----------------------------------------------------------------------------------
-    def _stage_cfg(self, stage: int) -> dict[str, Any]:
-        stages = self.config.get("stages", {})
-        return stages.get(stage, stages.get(str(stage), {})) or {}
-
     def _lambda(self, stage: int, name: str) -> float:
-        return float(self._stage_cfg(stage).get("lambdas", {}).get(name, 0.0))
+        return float(self.stage_config(stage).get("lambdas", {}).get(name, 0.0))
 
     def _rng(self) -> torch.Generator:
         rng = getattr(self, "train_generator", None)
@@ -547,7 +543,7 @@ class _TrainingMixin:
         """
         x_id = batch["image"]
         b = x_id.shape[0]
-        p_same = float(self._stage_cfg(1).get("same_pair_fraction", 1.0 / 3.0))
+        p_same = float(self.stage_config(1).get("same_pair_fraction", 1.0 / 3.0))
         same = torch.rand(b, generator=self._rng()) < p_same
         same_dev = same.to(x_id.device)
         x_attr = torch.where(same_dev[:, None, None, None], x_id, batch["image_b"])
@@ -616,7 +612,7 @@ class _TrainingMixin:
     def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int):
         from .. import losses as L
 
-        lambdas = dict(self._stage_cfg(stage).get("lambdas", {}))
+        lambdas = dict(self.stage_config(stage).get("lambdas", {}))
         if stage > 0:
             self.encoder.eval()  # frozen e4e: its BatchNorm statistics must not follow the batch (authors: e4e.eval())
         if stage == 0:
@@ -636,7 +632,7 @@ class _TrainingMixin:
             k = 1.0 if (self.sum_over_outputs and stage == 2) else 1.0 / len(fakes)
             loss = k * sum(L.nonsaturating_d_loss(real_pred, disc(f.detach())) for f in fakes)
             logs = {"d_loss": float(loss.detach())}
-            r1 = self._stage_cfg(stage).get("r1") or {}
+            r1 = self.stage_config(stage).get("r1") or {}
             every = int(r1.get("every", 16))
             if float(r1.get("gamma", 0)) > 0 and step % every == 0:
                 r1_term = L.lazy_r1_loss(real_pred, real, float(r1["gamma"]), every)
@@ -658,7 +654,7 @@ class _TrainingMixin:
             target = out["x_attr"]
             e_mix, e_attr = self._embed(out["x_mix"]), self._embed(target).detach()
             dist = 1.0 - L.cosine_similarity(e_mix, e_attr)  # HFORD eq. 7, DBAF eq. 11
-            st = self._stage_cfg(1)
+            st = self.stage_config(1)
             terms["c"] = L.identity_contrastive_loss(dist, out["same"], float(st.get("tau_pos", 0.0)), float(st.get("tau_neg", 0.5)))  # eq. 6 / 10
             terms.update(self._image_terms(target, fakes, stage))
         else:

@@ -347,6 +347,11 @@ class NeuralMethod(DeidMethod):
         """Non-module tensors saved with the checkpoint (override to add, e.g., a reference library)."""
         return self.extra
 
+    def stage_config(self, stage: int) -> dict[str, Any]:
+        """``config["stages"][stage]`` (int keys from YAML, str keys after a JSON round trip), or {}."""
+        stages = self.config.get("stages", {}) or {}
+        return stages.get(stage, stages.get(str(stage), {})) or {}
+
     def save_pretrained(self, folder) -> Any:
         from ..hub import save_components
 
