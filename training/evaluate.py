@@ -5,7 +5,7 @@
     python -m training.evaluate --method noise --data photos:group.jpg --control strength=0.3 --out OUT
 
 ``--data``: a folder of aligned face crops (FFHQ-style), ``synthetic:N[:SEED]`` (the DCGAN faces of
-``training.synthetic``) or ``photos:PATH`` (a photo or a folder of photos: faces are detected and
+``zoo.synthetic``) or ``photos:PATH`` (a photo or a folder of photos: faces are detected and
 FFHQ-aligned first). Everything is resized to ``--size`` (default 256).
 
 Python: ``evaluate(method, images, judges=("sface", "dlib"), ...) -> dict``.
@@ -247,7 +247,7 @@ def load_eval_images(spec: str, size: int = 256, limit: int | None = None) -> tu
         parts = spec.split(":")
         n = int(parts[1])
         seed = int(parts[2]) if len(parts) > 2 else 1
-        from training.synthetic import synthetic_faces_uint8
+        from zoo.synthetic import synthetic_faces_uint8
 
         # held out from training sets: indices from 10^9 on
         imgs = synthetic_faces_uint8(n, seed=seed, resolution=size, offset=10**9)
@@ -434,6 +434,10 @@ def evaluate(
             block = _identity_block(judge, e_orig, e_rec, "recovered faces")
             metrics["recovery"][jn] = {
                 "recovery_rate": rate(judge.same_person(e_orig, e_rec), "fraction of right-key recoveries the judge matches to the original"),
+                "closer_than_anonymized": rate(
+                    judge.distance(e_orig, e_rec) < judge.distance(e_orig, e_anon),
+                    "fraction of faces whose right-key recovery is closer to the original than the anonymized face",
+                ),
                 "id_cosine": block["id_cosine"],
                 "id_distance": block["id_distance"],
             }
@@ -451,6 +455,10 @@ def evaluate(
                 "pairwise_cosine": mean_entry(sims.mean(1), f"mean identity cosine between the {k} anonymized versions of a face (lower = more diverse)"),
                 "kffa": mean_entry(angles.mean(1), "Known Factor Feature Angle: mean pairwise angle between those identities (higher = more diverse)", "deg"),
                 "deid_rate_all_keys": rate(all_deid, f"de-identification rate over all {k} keys"),
+                "pairwise_same_rate": rate(
+                    np.concatenate([judge.same_person(embs[a], embs[b]) for a, b in zip(*iu)]),
+                    f"fraction of pairs among the {k} anonymized versions of a face that the judge calls the same person (lower = more diverse)",
+                ),
             }
         for name, img in degraded.items():
             row = {"privacy": _identity_block(judge, e_orig, judge.embed_aligned(img), f"anonymized faces after {name}")["deid_rate"]}
@@ -538,12 +546,12 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         lines += _table("Reconstruction image quality", [(k, [r["quality"][k]]) for k in ("mse", "psnr", "ssim", "lpips")], ["metric", "value"])
     if "recovery" in m:
         rec = m["recovery"]
-        lines += _table("Recovery with the right key", [(k.replace("_", " "), [rec[j][k] for j in judges]) for k in ("recovery_rate", "id_cosine", "id_distance")], ["metric"] + judges)
+        lines += _table("Recovery with the right key", [(k.replace("_", " "), [rec[j][k] for j in judges]) for k in ("recovery_rate", "closer_than_anonymized", "id_cosine", "id_distance")], ["metric"] + judges)
         lines += _table("Recovered image quality", [(k, [rec["quality"][k]]) for k in ("mse", "psnr", "ssim", "lpips")], ["metric", "value"])
         lines += _table("Recovery with a wrong key", [(label, [m["wrong_key"][j][k] for j in judges]) for label, k in metric_rows[:3]], ["metric"] + judges)
     if "diversity" in m:
         d = m["diversity"]
-        lines += _table(f"Diversity over {d[judges[0]]['num_keys']} keys", [(k.replace("_", " "), [d[j][k] for j in judges]) for k in ("pairwise_cosine", "kffa", "deid_rate_all_keys")], ["metric"] + judges)
+        lines += _table(f"Diversity over {d[judges[0]]['num_keys']} keys", [(k.replace("_", " "), [d[j][k] for j in judges]) for k in ("pairwise_cosine", "pairwise_same_rate", "kffa", "deid_rate_all_keys")], ["metric"] + judges)
     if "utility" in m:
         lines += _table("Utility (anonymized vs original)", [(k.replace("_", " "), [v]) for k, v in m["utility"].items()], ["metric", "value"])
     if "robustness" in m:

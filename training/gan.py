@@ -148,7 +148,7 @@ def face_detection_rate(images_uint8, size: int = 256) -> float:
 def check_generator(generator: Generator, n: int = 64, seed: int = 1234, data_seed: int = 1) -> dict[str, Any]:
     """Face detection rate on ``n`` generated images (fixed z, noise buffers) and on ``n`` held-out
     synthetic faces at the same resolution, the reference the generator should reach."""
-    from training.synthetic import synthetic_faces_uint8
+    from zoo.synthetic import synthetic_faces_uint8
     from zoo import imageio
 
     fake = draw_faces(generator.eval(), n, seed)

@@ -22,6 +22,7 @@ __all__ = [
     "identity_similarity_hinge",
     "pairwise_similarity_hinge",
     "identity_contrastive_loss",
+    "gaussian_prior_loss",
     "l1_loss",
     "mse_loss",
     "half_squared_l2_loss",
@@ -115,6 +116,18 @@ def identity_contrastive_loss(
 
 
 # ============================================================ pixel losses
+def gaussian_prior_loss(z: torch.Tensor) -> torch.Tensor:
+    """How far latents ``[N, D]`` are from a standard normal sample: squared batch mean and (variance - 1)
+    per dimension, plus each row's (|z|^2 / D - 1)^2 (the norm shell a Gaussian sample lies on).
+
+    Keeps a learned latent transform on the generator's prior (demo tier: a GAN draws faces only there).
+    """
+    mean = z.mean(0)
+    var = z.var(0, unbiased=False) if z.shape[0] > 1 else torch.ones_like(mean)
+    shell = z.pow(2).mean(1) - 1
+    return mean.pow(2).mean() + (var - 1).pow(2).mean() + shell.pow(2).mean()
+
+
 def l1_loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """Mean absolute error: H eq. 9 / D eqs. 13, 34 (L_rec), F eq. 13 and 20 (||.||_1 terms), E eq. 5."""
     return F.l1_loss(x.float(), y.float())

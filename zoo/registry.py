@@ -7,12 +7,17 @@ works; nothing half-built is listed.
 from __future__ import annotations
 
 import importlib
+import json
+import logging
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
-__all__ = ["MethodEntry", "register_method", "load", "list_methods", "info", "get_method_class"]
+__all__ = ["MethodEntry", "WeightsChoice", "register_method", "load", "list_methods", "info", "get_method_class", "resolve_weights", "runtime_class", "bundled_checkpoint"]
+
+log = logging.getLogger("zoo")
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,87 @@ def _auto_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+BUNDLED_DIR = Path(__file__).resolve().parent / "weights"
+_LOGGED: set[tuple[str, str]] = set()
+
+
+@dataclass(frozen=True)
+class WeightsChoice:
+    """Where a method's weights come from: ``kind`` is "none" | "local" | "hub" | "bundled"."""
+
+    kind: str
+    location: str | None
+    label: str
+    evaluation: dict[str, Any] | None = None
+
+
+def bundled_checkpoint(name: str) -> Path | None:
+    """The demo checkpoint shipped inside the package (``zoo/weights/<name>``), if any."""
+    folder = BUNDLED_DIR / _entry(name).name
+    return folder if (folder / "method.json").is_file() else None
+
+
+def _index(folder: Path) -> dict[str, Any]:
+    try:
+        return json.loads((folder / "method.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _describe(kind: str, folder: Path, fallback: str) -> WeightsChoice:
+    index = _index(folder)
+    label = str(index.get("weights_label") or fallback)
+    return WeightsChoice(kind, str(folder), label, index.get("evaluation"))
+
+
+def resolve_weights(name: str, *, revision: str | None = None, local_dir: str | None = None, allow_download: bool | None = None) -> WeightsChoice:
+    """Which checkpoint ``load(name)`` takes, in order: ``local_dir``; the default Hub repo (downloaded when
+    online and ``allow_download``, else the local cache only; ``HF_HUB_OFFLINE=1`` means cache only); the
+    demo checkpoint bundled with the package. Raises :class:`zoo.hub.WeightsNotFoundError` when none exists."""
+    from .hub import WeightsNotFoundError, hub_offline, resolve_checkpoint
+
+    entry = _entry(name)
+    if local_dir is not None:
+        folder = resolve_checkpoint(local_dir)
+        return _describe("local", Path(folder), f"local checkpoint {local_dir}")
+    if entry.default_repo is None:
+        return WeightsChoice("none", None, "needs no weights")
+    rev = revision or entry.default_revision
+    hub_error: Exception | None = None
+    try:
+        if allow_download is False or hub_offline():
+            from huggingface_hub import snapshot_download
+
+            folder = Path(snapshot_download(entry.default_repo, revision=rev, local_files_only=True))
+        else:
+            folder = resolve_checkpoint(entry.default_repo, revision=rev)
+        return _describe("hub", folder, f"Hub {entry.default_repo}@{rev or 'main'}")
+    except Exception as err:  # noqa: BLE001 - any failure means: not available from the Hub
+        hub_error = err
+    bundled = bundled_checkpoint(name)
+    if bundled is not None:
+        return _describe("bundled", bundled, "demo checkpoint bundled with the package")
+    raise WeightsNotFoundError(
+        f"{name}: no weights: not in the local Hub cache ({entry.default_repo}) and no bundled demo checkpoint "
+        f"({type(hub_error).__name__}). Download them with `hf download {entry.default_repo} --local-dir DIR` "
+        f"and pass local_dir=DIR, or train one with training/train.py"
+    )
+
+
+def runtime_class(name: str, choice: WeightsChoice | None = None) -> type:
+    """The class that will run ``name`` with its resolved weights (a demo checkpoint runs the method's
+    demo-tier variant, whose controls differ)."""
+    cls = get_method_class(name)
+    if choice is None:
+        try:
+            choice = resolve_weights(name, allow_download=False)
+        except FileNotFoundError:
+            return cls
+    if choice.location is None or not hasattr(cls, "variant_for"):
+        return cls
+    return cls.variant_for(_index(Path(choice.location)).get("config", {}))
+
+
 def load(
     name: str,
     *,
@@ -62,47 +148,61 @@ def load(
 ):
     """Build method ``name`` ready to run.
 
-    Weightless methods (the classical baselines) take their options as ``kwargs``. Neural methods load
-    ``local_dir`` when given, else their default Hub repo at ``revision`` (``HF_HUB_OFFLINE=1`` means the
-    local cache only); a missing checkpoint raises :class:`zoo.hub.WeightsNotFoundError` naming the repo.
-    ``device`` defaults to CUDA when available.
+    Weightless methods (the classical baselines) take their options as ``kwargs``. Neural methods load,
+    in order: ``local_dir``; their default Hub repo at ``revision`` (``HF_HUB_OFFLINE=1`` means the local
+    cache only); the demo checkpoint bundled with the package. Which one was taken is logged once and
+    kept in ``method.weights`` (a :class:`WeightsChoice`: label and evaluation summary). No checkpoint
+    at all raises :class:`zoo.hub.WeightsNotFoundError` naming the repo. ``device`` defaults to CUDA
+    when available.
     """
     entry = _entry(name)
     cls = get_method_class(name)
     if entry.default_repo is None and local_dir is None:
         method = cls(**kwargs)
+        method.weights = WeightsChoice("none", None, "needs no weights")
     else:
         if kwargs:
             raise TypeError(f"{name} takes no options besides device/dtype/revision/local_dir; got {sorted(kwargs)}")
-        method = cls.from_pretrained(local_dir or entry.default_repo, revision=revision or entry.default_revision)
+        choice = resolve_weights(name, revision=revision, local_dir=local_dir)
+        method = cls.from_pretrained(choice.location)
+        method.weights = choice
+        if (name, choice.location) not in _LOGGED:
+            _LOGGED.add((name, str(choice.location)))
+            log.info("%s: using %s (%s)", name, choice.label, choice.location)
+            if choice.kind != "none" and not choice.evaluation:
+                log.warning("%s: checkpoint %s has no evaluation summary in method.json: its privacy is unmeasured", name, choice.location)
     return method.to(device if device is not None else _auto_device(), dtype)
 
 
 def weights_status(name: str) -> tuple[bool, str]:
     """(available, reason) for the default weights, checked without any network access."""
-    entry = _entry(name)
-    if entry.default_repo is None:
-        return True, "needs no weights"
     try:
-        from huggingface_hub import snapshot_download
-
-        snapshot_download(entry.default_repo, revision=entry.default_revision, local_files_only=True)
-        return True, f"in the local Hub cache ({entry.default_repo})"
-    except Exception:  # noqa: BLE001 - any failure means not cached
-        return False, f"weights not installed: {entry.default_repo} is not in the local Hub cache (pass local_dir=...)"
+        choice = resolve_weights(name, allow_download=False)
+    except FileNotFoundError as err:
+        return False, str(err)
+    return True, choice.label
 
 
 def info(name: str) -> dict[str, Any]:
-    """Capabilities (reversible, controls, native resolution), weights repo and whether weights are present."""
+    """Capabilities (reversible, controls, native resolution) of the class that will run, the weights it
+    will load (label, location, evaluation summary) and whether they are present; never downloads."""
     entry = _entry(name)
-    caps = get_method_class(name).capabilities()
-    available, reason = weights_status(name)
+    try:
+        choice: WeightsChoice | None = resolve_weights(name, allow_download=False)
+        available, reason = True, choice.label
+    except FileNotFoundError as err:
+        choice, available, reason = None, False, str(err)
+    caps = runtime_class(name, choice).capabilities()
     caps.update(
         {
             "default_repo": entry.default_repo,
             "default_revision": entry.default_revision,
             "weights_available": available,
             "weights_status": reason,
+            "weights_kind": choice.kind if choice else None,
+            "weights_location": choice.location if choice else None,
+            "evaluation": (choice.evaluation if choice else None)
+            or ("warning: this checkpoint carries no evaluation summary; its privacy is unmeasured" if choice and choice.kind != "none" else None),
         }
     )
     return caps

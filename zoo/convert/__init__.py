@@ -15,7 +15,7 @@ Command line::
     python -m zoo.convert list
     python -m zoo.convert <kind> <original file> <out folder>
 
-Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
+ONNX files give their initializers (read with the ``onnx`` package). Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
 unpickler that only rebuilds tensors and plain containers, never arbitrary objects. ``.safetensors``
 inputs are read with safetensors.
 """
@@ -47,6 +47,8 @@ CONVERTER_MODULES = [
     "zoo.methods.personal",
     "zoo.methods.ideudemon",
     "zoo.nn.headnerf",
+    "zoo.nn.sface",
+    "zoo.nn.dcgan",
 ]
 
 
@@ -96,6 +98,14 @@ def get_converter(kind: str) -> Converter:
 def load_original(path: str | Path) -> dict[str, Any]:
     """Load an original checkpoint without executing code (weights_only unpickler or safetensors)."""
     path = Path(path)
+    if path.suffix == ".onnx":
+        # ONNX graphs: their initializers (weights, scales, shapes), read by the ``onnx`` package's protobuf
+        # parser; the graph itself is never run here.
+        import onnx
+        from onnx import numpy_helper
+
+        graph = onnx.load(str(path)).graph
+        return {t.name: torch.from_numpy(numpy_helper.to_array(t).copy()) for t in graph.initializer}
     if path.suffix == ".safetensors":
         from safetensors.torch import load_file
 

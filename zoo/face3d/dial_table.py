@@ -3,7 +3,7 @@
     python -m zoo.face3d.dial_table --n 64 --out benchmarks/results/ideudemon_dial.md
     python -m zoo.face3d.dial_table --n 64 --restorer outputs/ideudemon/stage1/model --out ...   # Step I + II
 
-For ``n`` held-out synthetic faces (``training.synthetic``, ``--seed``, default 1: not the set the
+For ``n`` held-out synthetic faces (``zoo.synthetic``, ``--seed``, default 1: not the set the
 shape space was learned from) at ``--resolution`` px, ``--keys`` keys per face and every noise scale
 in ``--scales`` (default 0.05, 0.10, ..., 0.40), it measures:
 
@@ -85,7 +85,7 @@ def _step_one_outputs(model: dict, x: torch.Tensor, keys, scale: float) -> np.nd
 def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4),
             resolution: int = 256, restorer: str | None = None, progress: bool = True) -> dict:
     """Run the benchmark; returns a JSON-serialisable dict of per-scale means and the scale-0 numbers."""
-    from training.synthetic import synthetic_faces_uint8
+    from zoo.synthetic import synthetic_faces_uint8
 
     from ..imageio import from_tensor, to_tensor
     from ..keys import Secret
@@ -183,7 +183,7 @@ def to_markdown(res: dict, command: str) -> str:
         "",
         f"Command: `{command}`",
         "",
-        f"{res['n']} synthetic faces (training.synthetic seed {res['seed']}, {res['resolution']} px), {res['keys']} keys per face and scale, "
+        f"{res['n']} synthetic faces (zoo.synthetic seed {res['seed']}, {res['resolution']} px), {res['keys']} keys per face and scale, "
         f"{res['seconds']} s. Shape space: {res['shape_space'].get('shapes_used', '?')} shapes from {res['shape_space'].get('source', '?')} "
         f"(n={res['shape_space'].get('n', '?')}, seed {res['shape_space'].get('seed', '?')}), {res['shape_space'].get('components', '?')} identity components.",
         "",

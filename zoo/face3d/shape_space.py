@@ -26,7 +26,7 @@ Command (deterministic for a seed; two runs write identical files)::
 
     python -m zoo.face3d build-shape-space --n 2000 --seed 0 --out zoo/face3d/data/mesh_shape_space.safetensors
 
-Training shapes: ``n`` synthetic faces of ``training.synthetic`` (seed ``seed``), plus the faces of
+Training shapes: ``n`` synthetic faces of ``zoo.synthetic`` (seed ``seed``), plus the faces of
 the photos shipped in packages with ``--photos``; every shape is also used mirrored (so the mean is
 symmetric); failed landmark fits are dropped as Procrustes outliers (residual > median + 4 MAD).
 """
@@ -261,9 +261,9 @@ def load_shape_space(path: str | Path | None = None) -> ShapeSpace:
 
 # ----------------------------------------------------------------------------------------- building
 def collect_synthetic_landmarks(n: int, seed: int, resolution: int = 256, chunk: int = 128, progress: bool = False) -> np.ndarray:
-    """68 landmarks of ``n`` synthetic faces (``training.synthetic``, set ``seed``): ``[M, 68, 2]`` (M <= n:
+    """68 landmarks of ``n`` synthetic faces (``zoo.synthetic``, set ``seed``): ``[M, 68, 2]`` (M <= n:
     faces whose landmarks fail are skipped)."""
-    from training.synthetic import synthetic_faces_uint8
+    from zoo.synthetic import synthetic_faces_uint8
 
     from .landmarks import LandmarkError, detect_landmarks68
 
@@ -373,7 +373,7 @@ def build_shape_space(n: int = 2000, seed: int = 0, components: int = 100, photo
     if photos:
         parts.append(collect_photo_landmarks())
     shapes = np.concatenate(parts, 0)
-    meta = {"source": "training.synthetic" + (" + packaged photos" if photos else ""), "n": int(n), "seed": int(seed),
+    meta = {"source": "zoo.synthetic" + (" + packaged photos" if photos else ""), "n": int(n), "seed": int(seed),
             "landmarks": "dlib shape_predictor_68_face_landmarks (YuNet box)", "shapes_found": int(len(shapes))}
     return fit_shape_space(shapes, components, meta)
 

@@ -93,6 +93,7 @@ class DeidResult:
     controls: dict[str, Any] = field(default_factory=dict)
     aligned_input: bool = False
     seconds: float = 0.0
+    weights: str | None = None  # which weights produced it (e.g. the demo-checkpoint label)
 
     @property
     def fallbacks(self) -> list[int]:
@@ -110,6 +111,7 @@ class DeidResult:
             "key_fingerprint": self.key_fingerprint,
             "controls": self.controls,
             "aligned_input": self.aligned_input,
+            "weights": self.weights,
             "seconds": round(self.seconds, 4),
         }
 
@@ -131,6 +133,8 @@ class DeidMethod:
     resolution: int = 256
     #: batch size for aligned faces inside one call
     max_batch: int = 16
+    #: the weights this instance runs on (a :class:`zoo.registry.WeightsChoice`, set by ``zoo.load``)
+    weights: Any = None
 
     def __init__(self) -> None:
         self.device = torch.device("cpu")
@@ -225,6 +229,11 @@ class DeidMethod:
             keys = [new_secret() for _ in range(keys)]
         return [self.anonymize(image, key=k, aligned=aligned, **controls) for k in keys]
 
+    @property
+    def weights_text(self) -> str | None:
+        """One line for reports: the weights label (None for a method built by hand)."""
+        return None if self.weights is None else self.weights.label
+
     # ------------------------------------------------------------------ internals
     def _process_batch(self, operation: str, crops: np.ndarray, keys: list[KeyMaterial], controls: dict) -> np.ndarray:
         """uint8 [N,R,R,3] -> uint8 [N,R,R,3] through the tensor functions, in chunks of max_batch."""
@@ -289,7 +298,7 @@ class DeidMethod:
                 else:
                     out_rgb = imageio.resize_to(out, (h, w))
                 rec = FaceRecord(i, [0.0, 0.0, float(w), float(h)], 1.0, [], "processed" if err is None else "fallback_blur", err, fingerprint)
-                results.append(DeidResult(imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0))
+                results.append(DeidResult(imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0, self.weights_text))
             return results if isinstance(image, (list, tuple)) else results[0]
 
         rgb, alpha = imageio.load_image(image)
@@ -317,7 +326,7 @@ class DeidMethod:
                         key_fingerprint=fingerprint,
                     )
                 )
-        return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0)
+        return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text)
 
 
 class NeuralMethod(DeidMethod):
@@ -362,4 +371,17 @@ class NeuralMethod(DeidMethod):
         from ..hub import load_components
 
         config, components, extra = load_components(repo_or_dir, revision=revision, expected_method=cls.name)
-        return cls(config, components, extra)
+        return cls.variant_for(config)(config, components, extra)
+
+    #: ``"module:Class"`` of the demo-tier variant (:mod:`zoo.methods.latent_demo`), if the method has one
+    demo_variant: ClassVar[str | None] = None
+
+    @classmethod
+    def variant_for(cls, config: dict[str, Any]) -> type:
+        """The class that runs a checkpoint: the demo variant when its config says ``backbone: dcgan``."""
+        if config.get("backbone") == "dcgan" and cls.demo_variant:
+            import importlib
+
+            module, _, name = cls.demo_variant.partition(":")
+            return getattr(importlib.import_module(module), name)
+        return cls

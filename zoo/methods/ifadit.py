@@ -52,12 +52,15 @@ from ..convert import ConversionError, check_and_load, register_converter
 from ..hub import HubModule
 from ..keys import KeyMaterial
 from ..nn.flows import SecureIdentityFlow
+from ..nn.dcgan import LATENT_DIM
 from .base import NeuralMethod
+from .latent_demo import REFINE_CONTROL, LatentDemoMethod
 
 __all__ = [
     "LatentMapper",
     "IdentityCompensation",
     "IFADIT",
+    "IFADITDemo",
     "load_identity_encoder",
     "embedding_dim",
     "keygen_vectors",
@@ -197,6 +200,8 @@ def _as_path(value: Any) -> str | None:
 
 class IFADIT(NeuralMethod):
     """iFADIT on aligned crops; see the module docstring. Controls: none besides the key."""
+
+    demo_variant: ClassVar[str] = "zoo.methods.ifadit:IFADITDemo"
 
     name = "ifadit"
     summary = "Disentangled identity (ArcFace) + pSp attributes, key-conditioned invertible identity flow, StyleGAN2 decoder."
@@ -518,6 +523,104 @@ class IFADIT(NeuralMethod):
             "recovered": self.recover_latent(x_an, k1).clamp(-1, 1),
             "wrong_key": self.recover_latent(x_an, k2).clamp(-1, 1),
         }
+
+
+# ------------------------------------------------------------------------------------------------
+# Demo tier: the Secure Identity Flow in the demo backbone's latent (zoo.methods.latent_demo)
+# ------------------------------------------------------------------------------------------------
+
+
+class IFADITDemo(LatentDemoMethod):
+    """iFADIT's Secure Identity Flow (eq. 5-8) and KeyGen (eq. 4) on the demo backbone.
+
+    Mapping to the paper: the backbone's latent z (100-d) is the identity code that E_ID gives in the
+    paper (the DCGAN has no separate attribute code, so M_map and E_Attr are the identity and pose is
+    not kept); T is the same :class:`~zoo.nn.flows.SecureIdentityFlow` (official ``allinone`` blocks);
+    KeyGen is KDF -> uniform [-1,1]^key_dim (eq. 4 without f: the DCGAN has no mapping network);
+    the ICL's role (estimating z_anon from the anonymized image, eq. 10) is played by the inversion
+    encoder plus latent refinement. Phase II losses (eq. 15-19) are computed on latent identity codes:
+
+        anon   = max(0, cos(T(z, k1), z) - m)                                   eq. 15-16
+        div    = max(0, cos(T(z, k1), T(z, k2)) - m)                            eq. 17
+        deanon = 1 - cos(T^-1(T(z, k1) + e, k1), z) + max(0, cos(T^-1(T(z, k1) + e, k2), z) - m)   eq. 18-19
+        prior  = gaussian_prior_loss(T(z, k1))                                  not in the paper
+
+    e is Gaussian noise of the size of the re-encoding error (config ``reencode_noise``), so recovery
+    holds from a re-encoded image, not only from the exact z_anon. ``prior`` keeps z_anon where the
+    DCGAN draws faces (the paper's StyleGAN2 has a mapping network that does this for any w).
+    """
+
+    name = "ifadit"
+    summary = IFADIT.summary
+    paper = IFADIT.paper
+    reversible = True
+    uses_key = True
+    controls = (REFINE_CONTROL,)
+    component_names = ("generator", "encoder", "flow")
+    stages: ClassVar[tuple[int, ...]] = (2,)
+
+    train_generator: torch.Generator | None = None
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "IFADITDemo":
+        config = dict(config)
+        comps = cls.backbone_components(config)
+        comps["flow"] = SecureIdentityFlow(**{"dim": LATENT_DIM, **config.get("model", {}).get("flow", {})})
+        return cls(config, comps)
+
+    @property
+    def key_dim(self) -> int:
+        return int(self.components["flow"].key_dim)
+
+    def key_vectors(self, keys: Sequence[KeyMaterial]) -> torch.Tensor:
+        """KeyGen (eq. 4, without f): one uniform [-1,1] vector per face -> ``[N, key_dim]``."""
+        return torch.stack([k.uniform(self.key_dim, -1.0, 1.0, context=KEYGEN_CONTEXT) for k in keys]).to(self.device, self.dtype)
+
+    def edit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        return self.components["flow"](z, self.key_vectors(keys))  # eq. 5-6
+
+    def unedit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        return self.components["flow"].inverse(z, self.key_vectors(keys))  # eq. 7-8
+
+    # -- training protocol (phase II only; the backbone is trained by training/inversion.py) ----------
+    def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
+        if stage != 2:
+            raise ValueError("the iFADIT demo trains phase II (stage 2) only")
+        return {"g": list(self.components["flow"].parameters())}
+
+    def _random_keys(self, n: int) -> torch.Tensor:
+        return (torch.rand(n, self.key_dim, generator=self.train_generator) * 2 - 1).to(self.device)
+
+    def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int):
+        cfg = self.stage_config(stage)
+        lam, m = cfg.get("lambdas", {}), float(cfg.get("margin", 0.0))
+        n = int(cfg.get("latent_batch", batch["image"].shape[0]))
+        flow = self.components["flow"]
+        z = torch.randn(n, LATENT_DIM, generator=self.train_generator).to(self.device)
+        k1, k2 = self._random_keys(n), self._random_keys(n)
+        z_an, z_an2 = flow(z, k1), flow(z, k2)
+        noise = torch.randn(n, LATENT_DIM, generator=self.train_generator).to(self.device) * float(cfg.get("reencode_noise", 0.0))
+        z_seen = z_an + noise
+        terms = {
+            "anon": lambda: losses.identity_similarity_hinge(z_an, z, m),  # eq. 15-16
+            "div": lambda: losses.identity_similarity_hinge(z_an, z_an2, m),  # eq. 17
+            "deanon": lambda: losses.identity_cosine_loss(flow.inverse(z_seen, k1), z)
+            + losses.identity_similarity_hinge(flow.inverse(z_seen, k2), z, m),  # eq. 18-19
+            "prior": lambda: losses.gaussian_prior_loss(z_an),
+        }
+        return losses.weighted_sum(terms, lam)
+
+    @torch.no_grad()
+    def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        x = batch["image"]
+        n = x.shape[0]
+        z = self.encode(x, 0)
+        k1, k2 = self._random_keys(n), self._random_keys(n)
+        flow = self.components["flow"]
+        y = self.decode(flow(z, k1))
+        z_y = self.encode(y, 0)
+        return {"input": x, "reconstruction": self.decode(z), "anonymized": y,
+                "recovered": self.decode(flow.inverse(z_y, k1)), "wrong_key": self.decode(flow.inverse(z_y, k2))}
 
 
 # ------------------------------------------------------------------------------------------------

@@ -62,9 +62,12 @@ from torch import nn
 from .. import losses
 from ..keys import KeyMaterial, Secret
 from .base import Control, NeuralMethod
+from .latent_demo import REFINE_CONTROL, LatentDemoMethod
 from .ifadit import embedding_dim, load_identity_encoder
 
 __all__ = [
+    "PersonalDemo",
+    "PasswordReferences",
     "privacy_angle",
     "rotate_identity",
     "unrotate_identity",
@@ -266,20 +269,10 @@ def _library_params(m: int, k: int, seed: int) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------------
 
 
-class Personal(NeuralMethod):
-    """Cao et al.'s password + privacy-level identity rotation on an AEI-Net; see the module docstring."""
-
-    name = "personal"
-    summary = "Identity rotation on the hypersphere towards a password-chosen reference (level d), AEI-Net (AAD) generator; closed-form inverse."
-    paper = "Cao et al., Personalized and Invertible Face De-identification by Disentangled Identity Information Manipulation (ICCV 2021)"
-    reversible = True
-    uses_key = True
-    controls = (Control("level", "int", 5, 0, 9, "privacy level d: rotation g(d) = 70..85, 95..120 degrees"),)
-    component_names = ("identity_encoder", "aei")
-    stages: ClassVar[tuple[int, ...]] = (1,)
-    resolution = 256
-
-    train_generator: torch.Generator | None = None
+class PasswordReferences:
+    """The paper's password API and reference library (Sec. 3.3, 4.1), shared by :class:`Personal` and
+    its demo variant :class:`PersonalDemo`: six-digit passwords, f(p) as the mix of k base identities,
+    and the typical overlap that recovery expects. Needs ``self.config``, ``self.extra``, ``self.device``."""
 
     # -- public API: six-digit passwords ------------------------------------------------------------
     def anonymize(self, image, key=None, *, aligned: bool = False, **controls: Any):
@@ -288,21 +281,6 @@ class Personal(NeuralMethod):
 
     def recover(self, image, key, *, aligned: bool = False, **controls: Any):
         return super().recover(image, as_personal_secret(key), aligned=aligned, **controls)
-
-    # -- components ---------------------------------------------------------------------------------
-    @property
-    def aei(self) -> nn.Module:
-        return self.components["aei"]
-
-    def modules(self):
-        return list(self.components.values())
-
-    def identity(self, x: torch.Tensor) -> torch.Tensor:
-        """E_id: x [N,3,R,R] in [-1,1] -> unit-norm z_id [N, D]. Below 256 px (tiny configs) the face is
-        first upsampled to 256 px (bicubic), the input the encoder was trained/distilled on."""
-        if x.shape[-1] < 256:
-            x = F.interpolate(x, size=(256, 256), mode="bicubic", align_corners=False)
-        return self.components["identity_encoder"].embed(x)
 
     # -- reference library --------------------------------------------------------------------------
     @property
@@ -336,6 +314,50 @@ class Personal(NeuralMethod):
     def password_references(self, passwords: Sequence[str]) -> torch.Tensor:
         """f(p) for six-digit passwords -> [N, D] on the library's device (CPU), float32."""
         return mix_identities(self.extra["reference_base"], [self.password_identities(p) for p in passwords])
+
+    def _typical_overlap(self, embeddings: torch.Tensor, seed: int, passwords: int = 64) -> float:
+        """Mean z . f(p) of training faces with the references of ``passwords`` seeded random passwords:
+        the overlap A that recovery expects (:func:`unrotate_direction`); ~0 in a well-spread space."""
+        rng = random.Random(f"personal-overlap|{seed}")
+        refs = self.password_references([f"{rng.randrange(PASSWORD_SPACE):06d}" for _ in range(passwords)])
+        return round(float((embeddings @ refs.T).mean()), 6)
+
+    @property
+    def overlap_prior(self) -> float | None:
+        lib = self.config.get("library") or {}
+        return None if lib.get("overlap_prior") is None else float(lib["overlap_prior"])
+
+
+class Personal(PasswordReferences, NeuralMethod):
+    """Cao et al.'s password + privacy-level identity rotation on an AEI-Net; see the module docstring."""
+
+    name = "personal"
+    summary = "Identity rotation on the hypersphere towards a password-chosen reference (level d), AEI-Net (AAD) generator; closed-form inverse."
+    paper = "Cao et al., Personalized and Invertible Face De-identification by Disentangled Identity Information Manipulation (ICCV 2021)"
+    reversible = True
+    uses_key = True
+    controls = (Control("level", "int", 5, 0, 9, "privacy level d: rotation g(d) = 70..85, 95..120 degrees"),)
+    component_names = ("identity_encoder", "aei")
+    demo_variant: ClassVar[str] = "zoo.methods.personal:PersonalDemo"
+    stages: ClassVar[tuple[int, ...]] = (1,)
+    resolution = 256
+
+    train_generator: torch.Generator | None = None
+
+    # -- components ---------------------------------------------------------------------------------
+    @property
+    def aei(self) -> nn.Module:
+        return self.components["aei"]
+
+    def modules(self):
+        return list(self.components.values())
+
+    def identity(self, x: torch.Tensor) -> torch.Tensor:
+        """E_id: x [N,3,R,R] in [-1,1] -> unit-norm z_id [N, D]. Below 256 px (tiny configs) the face is
+        first upsampled to 256 px (bicubic), the input the encoder was trained/distilled on."""
+        if x.shape[-1] < 256:
+            x = F.interpolate(x, size=(256, 256), mode="bicubic", align_corners=False)
+        return self.components["identity_encoder"].embed(x)
 
     # -- DeidMethod ---------------------------------------------------------------------------------
     def generate(self, z_id: torch.Tensor, x_attr: torch.Tensor) -> torch.Tensor:
@@ -411,18 +433,6 @@ class Personal(NeuralMethod):
         self.config["library"]["center"] = bool(center)
         self.config["library"]["overlap_prior"] = self._typical_overlap(F.normalize(emb.float(), dim=1), seed)
         return base
-
-    def _typical_overlap(self, embeddings: torch.Tensor, seed: int, passwords: int = 64) -> float:
-        """Mean z . f(p) of training faces with the references of ``passwords`` seeded random passwords:
-        the overlap A that recovery expects (:func:`unrotate_direction`); ~0 in a well-spread space."""
-        rng = random.Random(f"personal-overlap|{seed}")
-        refs = self.password_references([f"{rng.randrange(PASSWORD_SPACE):06d}" for _ in range(passwords)])
-        return round(float((embeddings @ refs.T).mean()), 6)
-
-    @property
-    def overlap_prior(self) -> float | None:
-        lib = self.config.get("library") or {}
-        return None if lib.get("overlap_prior") is None else float(lib["overlap_prior"])
 
     def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
         if stage != 1:
@@ -511,6 +521,53 @@ class Personal(NeuralMethod):
 _IMAGE_EXT = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 
 
+class PersonalDemo(PasswordReferences, LatentDemoMethod):
+    """Cao et al.'s identity rotation (eq. 13-17) and password library on the demo backbone.
+
+    Mapping to the paper: the demo backbone's latent z (100-d, :mod:`zoo.methods.latent_demo`) is the
+    identity; its direction z / |z| is the unit identity z_bar the paper rotates, and its norm |z| (an
+    appearance statistic of the DCGAN prior, not identity) is kept, as E_attr keeps the attributes. The
+    reference library holds the latent directions of M synthetic training faces (``config.library``);
+    f(p), g(d) and the closed-form inverse are the paper's, unchanged. E_attr + AAD generator are
+    replaced by the DCGAN (pose is not kept). Nothing here is trained beyond the backbone's encoder.
+    """
+
+    name = "personal"
+    summary = Personal.summary
+    paper = Personal.paper
+    reversible = True
+    uses_key = True
+    # Default level 7 (g = 110 deg), not 5: in this 100-d latent a face overlaps a 10-identity reference
+    # mix by |A| ~ 0.1 (std, measured on 400 latents), where eq. 13-14 are not injective up to scale near
+    # 90 deg. Fraction of 400 latents that the closed-form inverse does not return exactly, levels 0..9:
+    # 0, .013, .075, .41, .40, .075, .013, 0, 0, 0. Levels 0 and 7-9 invert exactly.
+    controls = (Control("level", "int", 7, 0, 9, "privacy level d: rotation g(d) = 70..85, 95..120 degrees (demo: exact inverse at 0 and 7-9)"), REFINE_CONTROL)
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "PersonalDemo":
+        from ..synthetic import latent_for
+
+        config = dict(config)
+        method = cls(config, cls.backbone_components(config))
+        lib = dict(config.get("library") or {})
+        seed, m, k = int(lib.get("seed", 7)), int(lib.get("identities", 100)), int(lib.get("k", 10))
+        base = torch.stack([latent_for(seed, i) for i in range(m)])
+        method.set_reference_library(base, k=k, seed=seed)
+        typical = F.normalize(torch.stack([latent_for(seed, m + i) for i in range(256)]), dim=1)
+        method.config["library"]["overlap_prior"] = method._typical_overlap(typical, seed)
+        return method
+
+    def edit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], level: int = 7, **controls: Any) -> torch.Tensor:
+        """M(z_bar, p, d) (eq. 13-14) on the direction, norm kept."""
+        z_new = rotate_identity(z, self.reference(keys), level)
+        return F.normalize(z_new, dim=1) * z.norm(dim=1, keepdim=True)
+
+    def unedit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], level: int = 7, **controls: Any) -> torch.Tensor:
+        """M^-1 (eq. 16-17) from the re-encoded direction (:func:`unrotate_direction`), norm kept."""
+        z_bar = unrotate_direction(z, self.reference(keys), level, self.overlap_prior)
+        return z_bar * z.norm(dim=1, keepdim=True)
+
+
 def load_library_images(spec: str, limit: int | None = None, labels_from_subfolders: bool = False, resolution: int = 256) -> tuple[torch.Tensor, list[Any] | None]:
     """Faces for the library as ``[N,3,R,R]`` in [-1,1] (R = ``resolution``) and their identity labels.
 
@@ -521,7 +578,7 @@ def load_library_images(spec: str, limit: int | None = None, labels_from_subfold
         parts = spec.split(":")
         n = int(parts[1])
         seed = int(parts[2]) if len(parts) > 2 else 0
-        from training.synthetic import SyntheticFaces
+        from zoo.synthetic import SyntheticFaces
 
         ds = SyntheticFaces(size=n, seed=seed, resolution=resolution)
         return torch.cat([ds.get_batch(range(s, min(n, s + 64))) for s in range(0, n, 64)]), None
