@@ -35,8 +35,6 @@ from typing import Any, Callable
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
 
 
 QUICK_NOTE = (

@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from training.evaluate import load_eval_images  # noqa: E402
 from zoo import imageio, load  # noqa: E402

@@ -17,8 +17,6 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 torch.set_num_threads(2)
 cv2.setNumThreads(2)

@@ -38,7 +38,6 @@ def test_kdf_is_the_documented_standard_construction():
 
 _CHILD = """
 import json, sys
-sys.path.insert(0, {repo!r})
 from zoo.keys import Secret
 km = Secret("same secret").derive("ifadit", 1)
 print(json.dumps({{"fp": km.fingerprint, "u": km.uniform(16).tolist(), "n": km.normal(16).tolist(),

@@ -74,6 +74,7 @@ def bundle(
     out: str | None = None,
     results: str | None = None,
     command: str | None = None,
+    encoder: str | None = None,
 ) -> dict[str, Any]:
     import zoo
     from zoo.methods.latent_demo import DEMO_LABEL
@@ -89,6 +90,11 @@ def bundle(
         built = cls.from_pretrained(checkpoint)
     else:
         raise ValueError("give --config or --checkpoint")
+    if encoder:  # a later (better) inversion encoder of the same backbone, swapped in before evaluation
+        from zoo.nn.dcgan import InversionEncoder
+
+        built.components["encoder"] = InversionEncoder.from_pretrained(encoder).float()
+        built.config["encoder_path"] = str(encoder)
     tmp = Path(tempfile.mkdtemp(prefix=f"bundle_{method_name}_"))
     built.save_pretrained(tmp)
     index = json.loads((tmp / "method.json").read_text())
@@ -133,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", help="build from a config (methods whose demo needs no training step)")
     src.add_argument("--checkpoint", help="a trained model folder (training/train.py OUT/model)")
+    p.add_argument("--encoder", help="an InversionEncoder folder to use instead of the checkpoint's (demo backbone)")
     p.add_argument("--n", type=int, default=200, help="held-out generated faces to evaluate on")
     p.add_argument("--seed", type=int, default=1, help="seed of the held-out generated faces")
     p.add_argument("--photos", nargs="*", default=None, help="photos whose real faces are evaluated too (default: the packaged ones)")
@@ -147,7 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     photos = args.photos if args.photos is not None else [str(ex[k]) for k in ("group", "astronaut", "grace_hopper") if k in ex]
     command = "python -m training.bundle " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     summary = bundle(args.method, config=args.config, checkpoint=args.checkpoint, n=args.n, seed=args.seed, photos=photos,
-                     controls=_parse_controls(args.control), out=args.out, results=args.results, command=command)
+                     controls=_parse_controls(args.control), out=args.out, results=args.results, command=command, encoder=args.encoder)
     print(json.dumps(summary, indent=1))
     return 0
 

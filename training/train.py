@@ -34,9 +34,6 @@ import time
 from pathlib import Path
 from typing import Any, Mapping
 
-if __package__ in (None, ""):  # `python training/train.py` / `accelerate launch training/train.py`
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
 import numpy as np
 import torch
 from torch import nn

@@ -255,15 +255,31 @@ def cmd_list(args: argparse.Namespace) -> int:
             f"{c}={v['default']}" + (f" [{v['minimum']}..{v['maximum']}]" if v["minimum"] is not None else "")
             for c, v in i["controls"].items()
         )
-        weights = "ready" if i["weights_available"] else "missing"
-        rows.append((name, "yes" if i["reversible"] else "no", str(i["resolution"]), weights, ctrls or "-"))
+        if not i["weights_available"]:
+            weights = "missing"
+        elif i.get("weights_kind") == "none":
+            weights = "none needed"
+        else:
+            weights = {"bundled": "demo (bundled)", "hub": "Hub", "local": "local"}.get(i.get("weights_kind"), "ready")
+        rows.append((name, "yes" if i["reversible"] else "no", str(i["resolution"]), weights, ctrls or "-", i.get("weights_status", ""), i.get("evaluation")))
     if args.json:
-        print(json.dumps([dict(zip(("name", "reversible", "resolution", "weights", "controls"), r)) for r in rows], indent=2))
+        keys = ("name", "reversible", "resolution", "weights", "controls", "weights_label", "evaluation")
+        print(json.dumps([dict(zip(keys, r)) for r in rows], indent=2, default=str))
         return 0
     head = ("method", "reversible", "res", "weights", "controls")
     widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
     for r in [head, *rows]:
         print("  ".join(str(v).ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
+    notes = [r for r in rows if r[3] not in ("missing", "none needed", "?")]
+    for r in notes:
+        print(f"\n{r[0]}: {r[5]}")
+        ev = r[6]
+        if isinstance(ev, dict):
+            for data, block in ev.items():
+                if isinstance(block, dict):
+                    print(f"  {data}: " + ", ".join(f"{k} {v['value']:.3g}" + (f" (n={v['n']})" if "n" in v else "") for k, v in block.items() if isinstance(v, dict) and "value" in v))
+        elif ev:
+            print(f"  {ev}")
     return 0
 
 

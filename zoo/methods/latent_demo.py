@@ -29,7 +29,7 @@ __all__ = ["LatentDemoMethod", "DEMO_LABEL", "REFINE_CONTROL"]
 
 DEMO_LABEL = "demo: 64 px, trained here on synthetic faces (packaged DCGAN backbone); not the paper's weights"
 REFINE_CONTROL = Control(
-    "refine_steps", "int", 50, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
+    "refine_steps", "int", 20, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
 )
 
 
@@ -79,15 +79,15 @@ class LatentDemoMethod(NeuralMethod):
         if len(keys) != x.shape[0]:
             raise ValueError(f"need one key per face: {len(keys)} keys for {x.shape[0]} faces")
 
-    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 50, **controls: Any) -> torch.Tensor:
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, **controls: Any) -> torch.Tensor:
         self._check_keys(x, keys)
         return self.decode(self.edit_latent(self.encode(x, refine_steps), keys, **controls))
 
-    def recover_faces(self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 50, **controls: Any) -> torch.Tensor:
+    def recover_faces(self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, **controls: Any) -> torch.Tensor:
         self._check_keys(y, keys)
         return self.decode(self.unedit_latent(self.encode(y, refine_steps), keys, **controls))
 
-    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 50) -> torch.Tensor:
+    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
         return self.decode(self.encode(x, refine_steps))
 
