@@ -24,5 +24,8 @@ fi
 
 # The main job, on the embedded default photo, with no network.
 export HF_HUB_OFFLINE=1
-.venv/bin/python -m zoo anonymize example:group --method blur,pixelate --key demo-secret --out outputs/demo
-echo "setup done: anonymized photo and its JSON report are in outputs/demo/"
+# A baseline and a paper method (the bundled `personal` demo checkpoint; 042917 is its six-digit password),
+# then recovery of the paper method's saved PNG with the same key.
+.venv/bin/python -m zoo anonymize example:group --method blur,personal --key 042917 --out outputs/demo
+.venv/bin/python -m zoo recover outputs/demo/group__personal.png --method personal --key 042917 --out outputs/demo
+echo "setup done: anonymized and recovered photos with their JSON reports are in outputs/demo/"

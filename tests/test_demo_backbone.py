@@ -73,6 +73,13 @@ def test_sface_is_differentiable_and_frozen(sface):
     assert not any(p.requires_grad for p in sface.parameters())
 
 
+def test_sface_is_an_identity_encoder_option(sface):
+    from zoo.methods.ifadit import embedding_dim, load_identity_encoder
+
+    enc = load_identity_encoder("sface")
+    assert enc is sface and embedding_dim(enc, 64) == 128
+
+
 def test_sface_converter_is_strict():
     from zoo.convert import ConversionError
     from zoo.nn.sface import convert_sface

@@ -283,3 +283,25 @@ def test_judges_match_the_same_face_and_separate_different_people(judge_name, t1
     pairs = [(i, j) for i in range(6) for j in range(i + 1, 6)]
     d = judge.distance(emb[[i for i, _ in pairs]], emb[[j for _, j in pairs]])
     assert (d > judge.distance_threshold).all(), np.round(d, 3)
+
+
+@pytest.mark.parametrize("turns", [1, 2, 3])
+@pytest.mark.parametrize("mirror", [False, True])
+def test_turned_or_mirrored_photo_has_every_face_found_and_processed(t1_rgb, turns, mirror):
+    """A photo turned by 90/180/270 degrees (no EXIF tag) or mirrored: all 6 faces are found, in the
+    right places, and a baseline changes every one of them (none is returned untouched)."""
+    import zoo
+    from zoo.pipeline import detect_faces
+
+    upright = detect_faces(t1_rgb)
+    assert len(upright) == 6
+    img = t1_rgb[:, ::-1] if mirror else t1_rgb
+    turned = np.ascontiguousarray(np.rot90(img, turns))
+    faces = detect_faces(turned)
+    assert len(faces) == 6
+    assert len(detect_faces(turned, orientations=False)) < 6 or turns == 2  # what the option fixes
+    out = np.asarray(zoo.load("blur").anonymize(turned))
+    for f in faces:
+        x0, y0, x1, y1 = (int(round(v)) for v in f.box)
+        region_in, region_out = turned[y0:y1, x0:x1].astype(int), out[y0:y1, x0:x1].astype(int)
+        assert np.abs(region_in - region_out).mean() > 5

@@ -8,7 +8,7 @@
 ``zoo.synthetic``) or ``photos:PATH`` (a photo or a folder of photos: faces are detected and
 FFHQ-aligned first). Everything is resized to ``--size`` (default 256).
 
-Python: ``evaluate(method, images, judges=("sface", "dlib"), ...) -> dict``.
+Python: ``evaluate(method, images, judges=("dlib", "sface"), ...) -> dict``. dlib never trains anything here; SFace is the frozen identity encoder of the training configs ("used in training").
 
 What is measured (per judge where identity is involved; every rate with its N and a 95% Wilson interval):
 
@@ -366,7 +366,7 @@ def _load_lpips(lpips: Any) -> tuple[Callable | None, str]:
 def evaluate(
     method,
     images: np.ndarray,
-    judges: Sequence[str] | Sequence[Any] = ("sface", "dlib"),
+    judges: Sequence[str] | Sequence[Any] = ("dlib", "sface"),
     *,
     key: str = "evaluation key",
     wrong_key: str = "a wrong key",
@@ -480,7 +480,7 @@ def evaluate(
         "dataset": dataset if dataset is not None else {"name": "unspecified", "num_images": int(len(images))},
         "num_images": int(len(images)),
         "image_size": int(images.shape[1]),
-        "judges": [f"{j.name} ({j.metric}, threshold {j.threshold})" for j in judge_objs],
+        "judges": [f"{j.name} ({j.metric}, threshold {j.threshold}{'; used in training' if getattr(j, 'used_in_training', False) else ''})" for j in judge_objs],
         "judge_names": [j.name for j in judge_objs],
         "controls": controls,
         "reversible": reversible,
@@ -581,7 +581,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--method", required=True, help="zoo method name (or module:Class)")
     p.add_argument("--data", required=True, help="DIR of aligned crops | synthetic:N[:SEED] | photos:PATH")
     p.add_argument("--local-dir", help="checkpoint folder of a neural method (default: its Hub repo / cache)")
-    p.add_argument("--judges", default="sface,dlib", help="comma-separated: sface, dlib, arcface")
+    p.add_argument("--judges", default="dlib,sface", help="comma-separated: dlib (independent), sface (used in training), arcface")
     p.add_argument("--key", default="evaluation key", help="the secret used to anonymize (and recover)")
     p.add_argument("--wrong-key", default="a wrong key")
     p.add_argument("--n-keys", type=int, default=4, help="keys per face for the diversity table")

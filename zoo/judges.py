@@ -53,6 +53,7 @@ def _rows(a: np.ndarray) -> np.ndarray:
 class Judge:
     """Base class: subclasses set ``name``, ``metric`` ("cosine" | "euclidean"), ``threshold``, ``dim``."""
 
+    used_in_training: bool = False
     name: str = ""
     metric: str = "cosine"
     threshold: float = 0.0
@@ -122,6 +123,9 @@ class SFaceJudge(Judge):
     """
 
     name, metric, threshold, dim = "sface", "cosine", 0.363, 128
+    #: SFace in torch (zoo.nn.sface) is the frozen identity encoder the demo checkpoints train with, so it
+    #: cannot judge them independently: dlib is the default judge, SFace is reported with this label.
+    used_in_training = True
 
     def __init__(self) -> None:
         super().__init__()

@@ -261,6 +261,55 @@ def _run_scaled(fn, rgb: np.ndarray, min_score: float, scale: float) -> list[Det
     return out
 
 
+def _from_rotated(face: DetectedFace, k: int, w: int, h: int) -> DetectedFace:
+    """Map a face found in ``np.rot90(rgb, k)`` back to ``rgb``'s pixels (``rgb`` is ``h`` x ``w``)."""
+
+    def back(p: np.ndarray) -> np.ndarray:
+        xr, yr = p[:, 0], p[:, 1]
+        if k == 1:
+            return np.stack([w - yr, xr], 1)
+        if k == 2:
+            return np.stack([w - xr, h - yr], 1)
+        return np.stack([yr, h - xr], 1)  # k == 3
+
+    x0, y0, x1, y1 = face.box
+    corners = back(np.array([[x0, y0], [x1, y0], [x0, y1], [x1, y1]], dtype=np.float64))
+    box = np.concatenate([corners.min(0), corners.max(0)])
+    return DetectedFace(box, back(face.landmarks), face.score, face.detector)
+
+
+def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
+    """Same face: the boxes share more than half of the smaller one, or one holds the other's centre
+    (a face found upright and lying on its side gives boxes of different aspect)."""
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
+    if smaller > 0 and ix * iy / smaller > 0.5:
+        return True
+    inside = lambda box, p: box[0] <= p[0] <= box[2] and box[1] <= p[1] <= box[3]  # noqa: E731
+    return inside(a, ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) or inside(b, ((a[0] + a[2]) / 2, (a[1] + a[3]) / 2))
+
+
+#: a face found only in a turned copy of the photo (not in the photo's own orientation) must be this sure
+EXTRA_ORIENTATION_SCORE = 0.85
+
+
+def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[DetectedFace]:
+    """Merge detection passes over the photo turned by 0/90/180/270 degrees (faces in input pixels).
+
+    The pass with the largest total score is the photo's orientation and gives every face it found; the
+    other passes add the faces they are sure of (score >= :data:`EXTRA_ORIENTATION_SCORE`) that overlap
+    none already kept, so a turned face in an upright photo is found without admitting the weak false
+    positives that turned textures produce."""
+    best = max(range(len(passes)), key=lambda i: sum(f.score for f in passes[i]))
+    kept = list(passes[best])
+    extras = sorted((f for i, p in enumerate(passes) if i != best for f in p if f.score >= EXTRA_ORIENTATION_SCORE), key=lambda f: -f.score)
+    for f in extras:
+        if not any(_overlaps(f.box, g.box) for g in kept):
+            kept.append(f)
+    return kept
+
+
 def detect_faces(
     rgb: np.ndarray,
     detector: str | None = "auto",
@@ -268,6 +317,7 @@ def detect_faces(
     *,
     max_side: int = 1600,
     min_side: int = 320,
+    orientations: bool = True,
 ) -> list[DetectedFace]:
     """Find the faces of a uint8 RGB photo ``[H, W, 3]``; sorted left to right (box centre x, then y).
 
@@ -275,6 +325,8 @@ def detect_faces(
     pixels; boxes and landmarks are mapped back to input pixels. When nothing is found the photo is
     tried once more inside a 25% border (a face that fills the whole frame, e.g. a close-up crop).
     ``min_score`` defaults to the detector's own threshold (YuNet 0.6, RetinaFace 0.8, SCRFD 0.5).
+    ``orientations`` (default on) also searches the photo turned by 90, 180 and 270 degrees and merges
+    the passes (non-maximum suppression), so a sideways or upside-down photo is not returned untouched.
     """
     rgb = np.asarray(rgb)
     if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
@@ -296,6 +348,14 @@ def detect_faces(
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(DetectedFace(box, f.landmarks - pad, f.score, f.detector))
+    if orientations:
+        # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their
+        # side, and a face that is not found is not anonymized. Every quarter turn is searched too.
+        passes = [faces]
+        for k in (1, 2, 3):
+            turned = np.ascontiguousarray(np.rot90(rgb, k))
+            passes.append([_from_rotated(f, k, w, h) for f in _run_scaled(fn, turned, min_score, scale)])
+        faces = merge_orientations(passes)
     faces.sort(key=lambda f: f.center)
     return faces
 

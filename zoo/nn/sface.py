@@ -73,6 +73,11 @@ class SFace(HubModule):
         h = self.bn(self.trunk(x * (127.5 / 128.0)))
         return self.bn_fc(self.fc(h.flatten(1)))
 
+    def embed(self, x: torch.Tensor, ffhq_aligned: bool = True) -> torch.Tensor:
+        """The zoo's identity-encoder interface (as :meth:`zoo.nn.arcface.IRSEArcFace.embed`): FFHQ-aligned
+        crops -> unit ``[N,128]``; ``ffhq_aligned=False`` takes SFace-aligned 112 px crops."""
+        return self.embed_aligned(x) if ffhq_aligned else F.normalize(self(x), dim=1)
+
     def embed_aligned(self, x: torch.Tensor) -> torch.Tensor:
         """FFHQ-aligned crops ``[N,3,R,R]`` in [-1,1] (any R) -> L2-normalised ``[N,128]``; differentiable."""
         theta = ffhq_to_sface_theta(x.shape[-1]).to(x)
