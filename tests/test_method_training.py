@@ -1,16 +1,25 @@
-"""Every method's tiny config through the real trainer (training/train.py): the losses fall over a few
-dozen CPU steps, and a run stopped and resumed ends with exactly the weights of a run straight through.
+"""Every method's tiny config through the real trainer (training/train.py): training moves every
+optimizer's parameters, keeps the losses finite and lowers the generator's objective by a clear margin
+over a few dozen CPU steps; and a run stopped and resumed ends with exactly the weights of a run
+straight through.
 
 The data are 8 seeded synthetic faces (the tiny configs' source, cut to 8 images so a few dozen steps
 see each face several times); "loss" is the method's own ``compute_losses`` on those 8 faces with fixed
-keys/noise, before training and after. Adversarial terms are left out of that comparison (the
-discriminator trains at the same time, so the generator's adversarial loss is not meant to fall), and
-so is personal's attribute loss (see SELF_REFERENTIAL).
+keys/noise, before training and after.
+
+What is compared is the generator's whole non-adversarial objective (``comparable_total``), never one
+term: after a couple of dozen steps a single term can go either way (personal-stage1's ``rec`` fell on
+one CPU and rose 0.0698 -> 0.0726 on another: float summation order is enough to tip it). The terms
+measured by a network that trains at the same time (the discriminator's adversarial terms, personal's
+attribute loss, see SELF_REFERENTIAL) are switched off for this test (their lambdas set to 0; the
+discriminators still train): with them on, the generator's objective is a moving target and can rise
+over 20 steps on some seeds (personal, ideudemon), which says nothing about the trainer.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from pathlib import Path
 
 import pytest
@@ -31,15 +40,20 @@ N_FACES = 8
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-# (method, stage, steps, batch size, terms that must each fall besides the non-adversarial total)
+# (method, stage, steps, batch size, smallest relative fall of the generator's objective)
+# The falls measured on one x86 CPU with seeds 0-3 (1 and 2 torch threads for seed 0) are in the comments;
+# each bound is at most half the smallest of them. A seed change perturbs training far more than a
+# different float summation order does, and an optimizer that does not step gives a fall of exactly 0.
+# dbaf/hford stage 2 fall little in 16 steps (Ranger at lr 1e-4, and the objective is mostly the fixed
+# latent regulariser and identity terms), but just as steadily.
 CASES = [
-    ("ifadit", 1, 24, 4, ("vq", "id", "id_swap")),  # phase I, eq. 14 (+ the tiny config's identity swap)
-    ("ifadit", 2, 24, 4, ("anon", "img")),  # phase II, eq. 22
-    ("dbaf", 1, 20, 4, ("rec",)),  # eq. 18
-    ("dbaf", 2, 16, 2, ("rec",)),  # eq. 39
-    ("hford", 2, 16, 2, ("rec",)),  # eq. 18, anonymization stage
-    ("personal", 1, 24, 4, ("id", "rec")),  # eq. 12
-    ("ideudemon", 1, 20, 4, ("l1", "id")),  # eq. 9
+    ("ifadit", 1, 24, 4, 0.15),  # phase I, eq. 14 (+ the tiny config's identity swap): 38-45 %
+    ("ifadit", 2, 24, 4, 0.05),  # phase II, eq. 22: 10-32 %
+    ("dbaf", 1, 20, 4, 0.10),  # eq. 18: 24-38 %
+    ("dbaf", 2, 16, 2, 0.0025),  # eq. 39: 0.6-1.9 %
+    ("hford", 2, 16, 2, 0.0025),  # eq. 18, anonymization stage: 0.5-0.8 %
+    ("personal", 1, 24, 4, 0.05),  # eq. 12: 12-45 %
+    ("ideudemon", 1, 20, 4, 0.005),  # eq. 9: 1.9-10 %
 ]
 
 
@@ -49,6 +63,15 @@ def tiny_config(method: str, stage: int, batch_size: int) -> dict:
     cfg["sample_every"] = 0
     cfg["save_every"] = 0
     cfg["stages"][stage]["batch_size"] = batch_size
+    return cfg
+
+
+def without_moving_targets(cfg: dict, method: str, stage: int) -> dict:
+    """The config with the lambdas of the terms measured by a concurrently trained network set to 0."""
+    lam = cfg["stages"][stage]["lambdas"]
+    for term in ADVERSARIAL + SELF_REFERENTIAL.get(method, ()):
+        if term in lam:
+            lam[term] = 0.0
     return cfg
 
 
@@ -91,17 +114,26 @@ def weights(model_dir: Path) -> dict[str, torch.Tensor]:
     return tensors
 
 
-@pytest.mark.parametrize("method,stage,steps,batch_size,falling", CASES, ids=[f"{c[0]}-stage{c[1]}" for c in CASES])
-def test_tiny_config_loss_goes_down(tmp_path, method, stage, steps, batch_size, falling):
-    cfg = tiny_config(method, stage, batch_size)
-    before = held_losses(build(method, cfg), cfg, stage)
+@pytest.mark.parametrize("method,stage,steps,batch_size,min_fall", CASES, ids=[f"{c[0]}-stage{c[1]}" for c in CASES])
+def test_tiny_config_loss_goes_down(tmp_path, method, stage, steps, batch_size, min_fall):
+    cfg = without_moving_targets(tiny_config(method, stage, batch_size), method, stage)
+    init = build(method, cfg)
+    init_groups = {g: [p.detach().clone() for p in ps] for g, ps in init.trainable_parameters(stage).items()}
+    before = held_losses(init, cfg, stage)
     info = train(method, cfg, stage, tmp_path / "run", max_steps=steps, progress=False, log_with=None)
     assert info["finished"] and info["step"] == steps
-    after = held_losses(build(method, cfg, tmp_path / "run" / "model"), cfg, stage)
+    trained = build(method, cfg, tmp_path / "run" / "model")
+    after = held_losses(trained, cfg, stage)
     report = {k: (round(before[k], 4), round(after.get(k, float("nan")), 4)) for k in before}
-    assert after["comparable_total"] < before["comparable_total"], report
-    for term in falling:
-        assert after[term] < before[term], (term, report)
+
+    assert after.keys() == before.keys() and all(math.isfinite(v) for v in after.values()), report
+    for group, params in trained.trainable_parameters(stage).items():
+        assert all(torch.isfinite(p).all() for p in params), f"{method}: non-finite {group} weights"
+        moved = sum(not torch.equal(a, b.detach()) for a, b in zip(init_groups[group], params, strict=True))
+        assert moved, f"{method}: no {group} weight changed in {steps} steps"
+    assert before["comparable_total"] > 0, report
+    fall = 1.0 - after["comparable_total"] / before["comparable_total"]
+    assert fall >= min_fall, (f"objective fell {fall:.2%}, expected >= {min_fall:.2%}", report)
 
 
 # each method's last (paper) stage: the one with keys, several optimizers, discriminators and EMA
