@@ -11,7 +11,17 @@ Tabs
 * Diversity: one face, N keys, one row per method, with the mean pairwise identity similarity.
 
 Every result can be downloaded as a zip of PNGs with a JSON report per image (the key's fingerprint,
-never the key). Methods whose weights are not installed are listed as unavailable with the reason.
+never the key); the zips hold results only, never the uploaded photo, and their files are named after what
+they hold (``anonymized_<method>.png``, ``anonymized_<methods>.zip``, ...). Methods whose weights are not
+installed are listed as unavailable with the reason.
+
+Files: the app writes into one private folder per process (``tempfile.mkdtemp``, mode 0700; files 0600),
+one subfolder per request. A request's files are handed to Gradio's cache (still 0600, in a 0700 folder of
+their own, removed by Gradio's ``delete_cache``) and the request's folder is deleted at once; leftovers
+(a direct call, a crash) are swept after an hour and the whole folder at exit.
+
+Logging: a user's mistake (no photo, unreadable file, no key, ...) is logged as one line, without a
+traceback; an unexpected failure inside a method is logged with its traceback.
 
 Environment
 * ``ZOO_METHODS``: comma-separated methods to offer (default: every registered method).
@@ -26,6 +36,7 @@ Environment
 
 from __future__ import annotations
 
+import atexit
 import importlib.util
 import inspect
 import itertools
@@ -39,7 +50,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import IO, Any, Callable, Sequence
 
 import gradio as gr
 import numpy as np
@@ -58,7 +69,8 @@ CONCURRENCY = int(os.environ.get("ZOO_CONCURRENCY", 2))
 QUEUE_SIZE = int(os.environ.get("ZOO_QUEUE_SIZE", 32))
 MAX_KEYS = 8
 JUDGES = ("sface", "dlib")
-_CACHE_DIR = Path(tempfile.gettempdir()) / "deid_zoo_app"
+RUN_KEEP_SECONDS = 3600.0  # request folders left behind (direct calls, crashes) are swept after this
+_EXAMPLES = "examples"  # the app folder's subfolder for generated example photos (never swept)
 
 
 # ============================================================================ GPU decorator
@@ -154,6 +166,42 @@ class MethodFailed(RuntimeError):
     """One method failed; the others still run and the failure is shown in its place."""
 
 
+def user_error(message: str) -> gr.Error:
+    """A ``gr.Error`` for a user's mistake: shown to the user, logged as one line without a traceback
+    (Gradio prints a full traceback for every ``gr.Error`` unless told not to)."""
+    log.info("user error: %s", _one_line(message, 300))
+    return gr.Error(message, print_exception=False)
+
+
+def _gradio_checks_as_user_errors(component: gr.components.Component) -> None:
+    """Gradio's own input checks (a value that is not among a CheckboxGroup's or Dropdown's choices, a
+    number outside a Slider's range) raise ``gr.Error`` with a printed traceback: re-raise them as
+    :func:`user_error` (same message, one log line). Replaces the instance's ``preprocess``."""
+    preprocess = component.preprocess
+
+    def checked(payload):
+        try:
+            return preprocess(payload)
+        except gr.Error as err:
+            if not getattr(err, "print_exception", True):  # already a user_error
+                raise
+            raise user_error(str(getattr(err, "message", err))) from None
+
+    component.preprocess = checked
+
+
+def _method_failed(name: str, err: Exception, notes: list[str]) -> None:
+    """Note one method's failure for the status line and log it: a user-side failure (bad control
+    value, wrong input, weights that do not load) in one line, anything else with its traceback."""
+    if isinstance(err, (MethodFailed, ValueError)):
+        msg = _one_line(str(err))
+        log.warning("%s failed: %s", name, msg)
+    else:
+        msg = _one_line(f"{type(err).__name__}: {err}")
+        log.error("%s failed", name, exc_info=err)
+    notes.append(f"**{name}** failed: {msg}")
+
+
 # ============================================================================ judge
 _JUDGES: dict[str, Any] = {}
 _JUDGE_LOCK = threading.Lock()
@@ -231,7 +279,7 @@ def photo_input(**kwargs: Any) -> gr.Image:
         try:
             return gradio_preprocess(payload)
         except Exception as err:  # noqa: BLE001
-            raise gr.Error(f"That file is not an image this app can read ({type(err).__name__}).") from None
+            raise user_error(f"That file is not an image this app can read ({type(err).__name__}).") from None
 
     image.preprocess = preprocess
     return image
@@ -240,7 +288,7 @@ def photo_input(**kwargs: Any) -> gr.Image:
 def read_photo(path: str | None) -> np.ndarray:
     """uint8 RGB [H,W,3] of an uploaded file, or gr.Error with a readable reason."""
     if not path:
-        raise gr.Error("Please upload a photo first (or pick an example).")
+        raise user_error("Please upload a photo first (or pick an example).")
 
     def say(err: Exception) -> str:  # the server's temp path means nothing to the user: show the file name
         return str(err).replace(str(path), Path(path).name)
@@ -248,13 +296,13 @@ def read_photo(path: str | None) -> np.ndarray:
     try:
         rgb, _alpha = imageio.load_image(path, max_pixels=MAX_PIXELS)
     except imageio.ImageTooLargeError as err:
-        raise gr.Error(f"Image too large: {say(err)}") from None
+        raise user_error(f"Image too large: {say(err)}") from None
     except imageio.InvalidImageError as err:
-        raise gr.Error(f"Not a readable image: {say(err)}") from None
+        raise user_error(f"Not a readable image: {say(err)}") from None
     except FileNotFoundError:
-        raise gr.Error("The uploaded file is gone; please upload it again.") from None
+        raise user_error("The uploaded file is gone; please upload it again.") from None
     except Exception as err:  # noqa: BLE001
-        raise gr.Error(f"Cannot read this file as an image ({type(err).__name__}).") from None
+        raise user_error(f"Cannot read this file as an image ({type(err).__name__}).") from None
     return rgb
 
 
@@ -278,10 +326,11 @@ def example_photos() -> list[str]:
     try:
         from skimage import data as skdata
 
-        _CACHE_DIR.mkdir(parents=True, exist_ok=True)
-        astro = _CACHE_DIR / "astronaut.png"
+        folder = _app_dir() / _EXAMPLES
+        folder.mkdir(mode=0o700, exist_ok=True)
+        astro = folder / "astronaut.png"
         if not astro.is_file():
-            Image.fromarray(skdata.astronaut()).save(astro)
+            _save_png(skdata.astronaut(), folder, "astronaut")
         found.append(str(astro))
     except Exception as err:  # noqa: BLE001
         log.info("no scikit-image example: %s", err)
@@ -294,32 +343,120 @@ def _detect(rgb: np.ndarray) -> list:
     return pipeline.detect_faces(rgb)
 
 
-def _save_png(image: Image.Image | np.ndarray, folder: Path, name: str) -> str:
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{name}.png"
-    (image if isinstance(image, Image.Image) else Image.fromarray(image)).save(path)
+# ============================================================================ files
+_APP_DIR: Path | None = None
+_APP_DIR_LOCK = threading.Lock()
+
+
+def _app_dir() -> Path:
+    """This process's private folder for the app's files: made by ``tempfile.mkdtemp`` (mode 0700, a
+    fresh unpredictable name, never a shared fixed path) and removed when the process exits."""
+    global _APP_DIR
+    with _APP_DIR_LOCK:
+        if _APP_DIR is None or not _APP_DIR.is_dir():
+            _APP_DIR = Path(tempfile.mkdtemp(prefix="deid_zoo_app_"))
+            atexit.register(shutil.rmtree, _APP_DIR, True)
+        return _APP_DIR
+
+
+def _write_private(path: Path, write: Callable[[IO[bytes]], Any]) -> str:
+    """Create (or replace) ``path`` with mode 0600, whatever the umask, and fill it with ``write(file)``."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
+    try:
+        if hasattr(os, "fchmod"):
+            os.fchmod(fd, 0o600)
+        f = os.fdopen(fd, "wb")
+    except BaseException:
+        os.close(fd)
+        raise
+    with f:
+        write(f)
     return str(path)
 
 
-def _run_dir(kind: str, keep_seconds: float = 3600.0) -> Path:
-    """A fresh folder for one request's files; folders and zips older than ``keep_seconds`` are removed."""
-    _CACHE_DIR.mkdir(parents=True, exist_ok=True)
+def _save_png(image: Image.Image | np.ndarray, folder: Path, name: str) -> str:
+    img = image if isinstance(image, Image.Image) else Image.fromarray(image)
+    return _write_private(folder / f"{name}.png", lambda f: img.save(f, format="PNG"))
+
+
+def _save_json(data: Any, folder: Path, name: str) -> str:
+    return _write_private(folder / f"{name}.json", lambda f: f.write(json.dumps(data, indent=2).encode()))
+
+
+def _run_dir(kind: str, keep_seconds: float = RUN_KEEP_SECONDS) -> Path:
+    """A fresh private folder for one request's files (``tempfile.mkdtemp``, 0700) with a ``results``
+    subfolder (0700) for what goes into the request's zip; request folders older than ``keep_seconds``
+    (left behind by a direct call or a crash) are removed."""
+    base = _app_dir()
     now = time.time()
-    for old in _CACHE_DIR.iterdir():
+    for old in base.iterdir():
         try:
-            if old.name != "astronaut.png" and now - old.stat().st_mtime > keep_seconds:
+            if old.name != _EXAMPLES and now - old.stat().st_mtime > keep_seconds:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
         except OSError:
             pass
-    return Path(tempfile.mkdtemp(prefix=f"{kind}_", dir=_CACHE_DIR))
+    folder = Path(tempfile.mkdtemp(prefix=f"{kind}_", dir=base))
+    (folder / "results").mkdir(mode=0o700)
+    os.chmod(folder / "results", 0o700)  # whatever the umask
+    return folder
 
 
-def _zip(folder: Path, name: str) -> str:
-    path = folder.parent / f"{folder.name}_{name}.zip"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for f in sorted(folder.iterdir()):
-            zf.write(f, arcname=f.name)
-    return str(path)
+def _results(run: Path) -> Path:
+    """The subfolder of a request folder whose files (and only those) go into the request's zip."""
+    return run / "results"
+
+
+def _zip(run: Path, name: str) -> str:
+    """``<name>.zip`` (0600) in the request folder, of every file in its ``results`` subfolder."""
+    def write(f: IO[bytes]) -> None:
+        with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
+            for p in sorted(_results(run).iterdir()):
+                zf.write(p, arcname=p.name)
+
+    return _write_private(run / f"{name}.zip", write)
+
+
+def _tag(methods: Sequence["MethodStatus"]) -> str:
+    """The methods of a request, for a download's name: ``blur-pixelate`` (or ``3_methods`` when long)."""
+    tag = "-".join(s.name for s in methods)
+    return tag if len(tag) <= 60 else f"{len(methods)}_methods"
+
+
+def _hand_over(outputs: Any, cache_dir: str | os.PathLike) -> Any:
+    """Copy every file of this app's folder named in a handler's ``outputs`` into Gradio's cache (same
+    name and mode 0600, each in a fresh 0700 folder there, which Gradio's ``delete_cache`` removes), point
+    the outputs at the copies and delete the request folders they came from: the app keeps nothing once
+    Gradio holds what it serves."""
+    base = _app_dir().resolve()
+    copies: dict[str, str] = {}
+    runs: set[Path] = set()
+
+    def move(x: Any) -> Any:
+        if isinstance(x, (list, tuple)):
+            return type(x)(move(v) for v in x)
+        if not isinstance(x, str) or not os.path.isabs(x):
+            return x
+        path = Path(x).resolve()
+        try:
+            rel = path.relative_to(base)
+        except ValueError:
+            return x
+        if len(rel.parts) < 2 or rel.parts[0] == _EXAMPLES or not path.is_file():
+            return x
+        runs.add(base / rel.parts[0])
+        if x not in copies:
+            Path(cache_dir).mkdir(parents=True, exist_ok=True)
+            dest = Path(tempfile.mkdtemp(prefix="deid_", dir=cache_dir)) / path.name
+            shutil.copy2(path, dest)
+            os.chmod(dest, 0o600)
+            copies[x] = str(dest)
+        return copies[x]
+
+    try:
+        return move(outputs)
+    finally:
+        for run in runs:
+            shutil.rmtree(run, ignore_errors=True)
 
 
 # ============================================================================ controls
@@ -346,10 +483,17 @@ def _control_inputs(catalog: dict[str, MethodStatus], only: Callable[[MethodStat
     return components, keys
 
 
-def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]]) -> Callable:
+def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]], cache_dir: str | None = None) -> Callable:
     """``fn`` wrapped by the GPU decorator, with a signature naming every input (controls become
-    ``<method>_<control>``), so that API users (gradio_client) can pass them by name."""
-    wrapped = GPU(fn)
+    ``<method>_<control>``), so that API users (gradio_client) can pass them by name. With ``cache_dir``
+    (the Blocks' Gradio cache), the files ``fn`` returns are handed over to it and the app's own copies
+    deleted (:func:`_hand_over`)."""
+    on_gpu = GPU(fn)
+
+    def wrapped(*args: Any) -> Any:
+        out = on_gpu(*args)
+        return out if cache_dir is None else _hand_over(out, cache_dir)
+
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
     params += [inspect.Parameter(f"{m}_{c}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for m, c in control_keys]
     wrapped.__signature__ = inspect.Signature(params)
@@ -406,16 +550,16 @@ def _scores_caption(scores: list[float | None], judge: Judge | None) -> str:
 
 def _resolve(names: Sequence[str] | None, catalog: dict[str, MethodStatus], need_reversible: bool = False) -> list[MethodStatus]:
     if not names:
-        raise gr.Error("Please choose at least one method.")
+        raise user_error("Please choose at least one method.")
     chosen = []
     for n in names:
         s = catalog.get(n)
         if s is None:
-            raise gr.Error(f"Unknown method {n!r}.")
+            raise user_error(f"Unknown method {n!r}.")
         if not s.available:
-            raise gr.Error(f"{n} is not available here: {s.reason}")
+            raise user_error(f"{n} is not available here: {s.reason}")
         if need_reversible and not s.reversible:
-            raise gr.Error(f"{n} is not reversible.")
+            raise user_error(f"{n} is not reversible.")
         chosen.append(s)
     return chosen
 
@@ -423,7 +567,7 @@ def _resolve(names: Sequence[str] | None, catalog: dict[str, MethodStatus], need
 def _key_or_error(key: str | None, what: str = "key") -> str:
     key = (key or "").strip()
     if not key:
-        raise gr.Error(f"Please enter a {what} (any text).")
+        raise user_error(f"Please enter a {what} (any text).")
     return key
 
 
@@ -448,8 +592,9 @@ def anonymize_photo(
     chosen = _resolve(methods, catalog)
     key = (key or "").strip() or None
     scores = FaceScores.of(rgb, judge_name)
-    out_dir = _run_dir("anonymize")
-    gallery = [(_save_png(rgb, out_dir, "original"), f"original · {len(scores.faces)} face(s)")]
+    run = _run_dir("anonymize")
+    out_dir = _results(run)  # what the zip holds: results only; the original is shown, never zipped
+    gallery = [(_save_png(rgb, run, "original"), f"original · {len(scores.faces)} face(s)")]
     rows, notes = [], []
     for s in chosen:
         try:
@@ -458,16 +603,12 @@ def anonymize_photo(
             t0 = time.perf_counter()
             res = m.anonymize(rgb, key=key, **controls)
             seconds = time.perf_counter() - t0
-        except (MethodFailed, ValueError) as err:
-            notes.append(f"**{s.name}** failed: {_one_line(str(err))}")
-            continue
         except Exception as err:  # noqa: BLE001 - one method failing must not sink the others
-            log.exception("%s failed", s.name)
-            notes.append(f"**{s.name}** failed: {_one_line(f'{type(err).__name__}: {err}')}")
+            _method_failed(s.name, err, notes)
             continue
         out = np.asarray(res.image.convert("RGB"))
         sims = scores.against(out)
-        path = _save_png(res.image, out_dir, s.name)
+        path = _save_png(res.image, out_dir, f"anonymized_{s.name}")
         caption = f"{s.name} · {seconds:.2f} s"
         if sims:
             caption += " · " + _scores_caption(sims, scores.judge)
@@ -475,7 +616,7 @@ def anonymize_photo(
         judge_info = None
         if scores.judge:
             judge_info = {"name": scores.judge.name, "metric": scores.judge.metric, "threshold": scores.judge.threshold, "per_face": sims}
-        (out_dir / f"{s.name}.json").write_text(json.dumps(_report(res, {"app_seconds": round(seconds, 4), "identity_judge": judge_info}), indent=2))
+        _save_json(_report(res, {"app_seconds": round(seconds, 4), "identity_judge": judge_info}), out_dir, f"anonymized_{s.name}")
         for i, face in enumerate(res.faces or [None]):
             sim = sims[i] if i < len(sims) else None
             same = scores.judge.same(sim) if scores.judge else None
@@ -488,9 +629,10 @@ def anonymize_photo(
                 round(seconds, 3),
             ])
     if len(gallery) == 1:
-        raise gr.Error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
+        shutil.rmtree(run, ignore_errors=True)
+        raise user_error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
     status = _status_line(scores, key, notes, keyed=any(s.uses_key for s in chosen))
-    return gallery, rows, _zip(out_dir, "anonymized"), status
+    return gallery, rows, _zip(run, f"anonymized_{_tag(chosen)}"), status
 
 
 def _status_line(scores: FaceScores, key: str | None, notes: list[str], keyed: bool = True) -> str:
@@ -522,10 +664,10 @@ def recover_roundtrip(
     key = _key_or_error(key)
     wrong_key = (wrong_key or "").strip() or key + " (wrong)"
     if wrong_key == key:
-        raise gr.Error("The wrong key must differ from the key.")
+        raise user_error("The wrong key must differ from the key.")
     scores = FaceScores.of(rgb, judge_name)
-    out_dir = _run_dir("recover")
-    _save_png(rgb, out_dir, "original")
+    run = _run_dir("recover")
+    out_dir = _results(run)
     gallery, rows, notes = [], [], []
     for s in chosen:
         try:
@@ -533,38 +675,38 @@ def recover_roundtrip(
             controls = _controls_for(control_keys, control_values, s.name)
             t0 = time.perf_counter()
             anon = m.anonymize(rgb, key=key, **controls)
-            anon_png = _save_png(anon.image, out_dir, f"{s.name}_anonymized")
+            anon_png = _save_png(anon.image, out_dir, f"anonymized_{s.name}")
             # recover from the saved, lossless file, as a user would
             right = m.recover(anon_png, key=key, **controls)
             wrong = m.recover(anon_png, key=wrong_key, **controls)
             seconds = time.perf_counter() - t0
         except Exception as err:  # noqa: BLE001
-            log.exception("%s failed", s.name)
-            notes.append(f"**{s.name}** failed: {_one_line(f'{type(err).__name__}: {err}')}")
+            _method_failed(s.name, err, notes)
             continue
         row_scores = []
         for label, res in (("anonymized", anon), ("recovered, right key", right), ("recovered, wrong key", wrong)):
             sims = scores.against(np.asarray(res.image.convert("RGB")))
             row_scores.append(sims)
-            path = anon_png if label == "anonymized" else _save_png(res.image, out_dir, f"{s.name}_{label.split(', ')[-1].replace(' ', '_')}")
+            path = anon_png if label == "anonymized" else _save_png(res.image, out_dir, f"recovered_{label.split(', ')[-1].replace(' ', '_')}_{s.name}")
             cap = f"{s.name} · {label}" + (" · " + _scores_caption(sims, scores.judge) if sims else "")
             gallery.append((path, cap))
         reports = {"anonymized": anon.report(), "recovered_right_key": right.report(), "recovered_wrong_key": wrong.report()}
         reports["wrong_key_fingerprint"] = Secret(wrong_key).fingerprint
-        (out_dir / f"{s.name}.json").write_text(json.dumps(reports, indent=2))
+        _save_json(reports, out_dir, f"report_{s.name}")
         n = max((len(x) for x in row_scores), default=0)
         for i in range(max(n, 1)):
             pick = [(x[i] if i < len(x) else None) for x in row_scores]
             rows.append([s.name, i if n else "-", *map(_fmt, pick), round(seconds, 3)])
     if not gallery:
-        raise gr.Error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
+        shutil.rmtree(run, ignore_errors=True)
+        raise user_error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
     status = (
         f"Key `{Secret(key).fingerprint}`, wrong key `{Secret(wrong_key).fingerprint}`. "
         "Recovery reads the anonymized PNG back from disk, as it would be after a download."
     )
     if notes:
         status += "\n\n" + "\n\n".join(notes)
-    return gallery, rows, _zip(out_dir, "recovery"), status
+    return gallery, rows, _zip(run, f"recovery_{_tag(chosen)}"), status
 
 
 def recover_file(catalog: dict[str, MethodStatus], photo: str | None, method: str | None, key: str | None,
@@ -572,21 +714,21 @@ def recover_file(catalog: dict[str, MethodStatus], photo: str | None, method: st
     """Recover an anonymized image saved earlier: -> (image path, report JSON, zip path)."""
     rgb = read_photo(photo)
     if not method:
-        raise gr.Error("Please choose the method that anonymized the image.")
+        raise user_error("Please choose the method that anonymized the image.")
     (s,) = _resolve([method], catalog, need_reversible=True)
     key = _key_or_error(key, "key used to anonymize")
     try:
         m = get_method(s)
         res = m.recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
     except MethodFailed as err:
-        raise gr.Error(str(err)) from None
+        raise user_error(str(err)) from None
     except ValueError as err:
-        raise gr.Error(_one_line(str(err))) from None
-    out_dir = _run_dir("recover_file")
-    path = _save_png(res.image, out_dir, f"{s.name}_recovered")
+        raise user_error(_one_line(str(err))) from None
+    run = _run_dir("recover_file")
+    path = _save_png(res.image, _results(run), f"recovered_{s.name}")
     report = res.report()
-    (out_dir / f"{s.name}_recovered.json").write_text(json.dumps(report, indent=2))
-    return path, report, _zip(out_dir, "recovered")
+    _save_json(report, _results(run), f"recovered_{s.name}")
+    return path, report, _zip(run, f"recovered_{s.name}")
 
 
 def diversity_grid(
@@ -605,7 +747,7 @@ def diversity_grid(
     chosen = _resolve(methods, catalog)
     n = int(n_keys or 4)
     if not 2 <= n <= MAX_KEYS:
-        raise gr.Error(f"Choose between 2 and {MAX_KEYS} keys.")
+        raise user_error(f"Choose between 2 and {MAX_KEYS} keys.")
     base_key = (base_key or "").strip()
     keys = [f"{base_key}#{i + 1}" if base_key else new_secret() for i in range(n)]
     scores = FaceScores.of(rgb, judge_name)
@@ -613,7 +755,8 @@ def diversity_grid(
     if scores.faces:
         main = max(range(len(scores.faces)), key=lambda i: scores.faces[i].width * scores.faces[i].height)
     judge = scores.judge
-    out_dir = _run_dir("diversity")
+    run = _run_dir("diversity")
+    out_dir = _results(run)
     gallery, rows, notes = [], [], []
     for s in chosen:
         try:
@@ -623,8 +766,7 @@ def diversity_grid(
             results = [m.anonymize(rgb, key=k, **controls) for k in keys]
             seconds = time.perf_counter() - t0
         except Exception as err:  # noqa: BLE001
-            log.exception("%s failed", s.name)
-            notes.append(f"**{s.name}** failed: {_one_line(f'{type(err).__name__}: {err}')}")
+            _method_failed(s.name, err, notes)
             continue
         embs, to_orig = [], []
         for j, res in enumerate(results):
@@ -636,7 +778,7 @@ def diversity_grid(
             cap = f"{s.name} · key {res.key_fingerprint or j + 1}"
             if to_orig and to_orig[-1] is not None:
                 cap += f" · {judge.name} vs original {to_orig[-1]:.3f}"
-            gallery.append((_save_png(res.image, out_dir, f"{s.name}_{j + 1}"), cap))
+            gallery.append((_save_png(res.image, out_dir, f"anonymized_{s.name}_key{j + 1}"), cap))
         pairs = [judge.score(a, b) for a, b in itertools.combinations(embs, 2)] if judge is not None else []
         pairs = [p for p in pairs if p is not None]
         mean_pair = float(np.mean(pairs)) if pairs else None
@@ -644,23 +786,24 @@ def diversity_grid(
         mean_orig = float(np.mean(valid)) if valid else None
         note = "" if s.uses_key else "ignores the key: every key gives the same result"
         rows.append([s.name, n, _fmt(mean_pair), _fmt(mean_orig), round(seconds / n, 3), note])
-        (out_dir / f"{s.name}.json").write_text(json.dumps({
+        _save_json({
             "method": s.name,
             "results": [r.report() for r in results],
             "face_index": main,
             "identity_judge": None if judge is None else {"name": judge.name, "metric": judge.metric, "threshold": judge.threshold},
             "mean_pairwise": mean_pair,
             "mean_to_original": mean_orig,
-        }, indent=2))
+        }, out_dir, f"diversity_{s.name}")
     if not gallery:
-        raise gr.Error("Every chosen method failed: " + "; ".join(x.replace("**", "") for x in notes))
+        shutil.rmtree(run, ignore_errors=True)
+        raise user_error("Every chosen method failed: " + "; ".join(x.replace("**", "") for x in notes))
     status = (
         f"{n} keys per method; each row of the grid is one method. Similarities are for face #{main} (the largest)."
         if main is not None else f"{n} keys per method; no face was found, so no similarity is shown."
     )
     if notes:
         status += "\n\n" + "\n\n".join(notes)
-    return gallery, rows, _zip(out_dir, "diversity"), status
+    return gallery, rows, _zip(run, f"diversity_{_tag(chosen)}"), status
 
 
 # ============================================================================ the app
@@ -732,7 +875,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
             def _anonymize(photo, methods, key, judge, *ctrl):
                 return anonymize_photo(catalog, photo, methods, key, judge, a_keys, ctrl)
 
-            _anonymize = _handler(_anonymize, ["photo", "methods", "key", "judge"], a_keys)
+            _anonymize = _handler(_anonymize, ["photo", "methods", "key", "judge"], a_keys, demo.GRADIO_CACHE)
             a_run.click(_anonymize, [a_photo, a_methods, a_key, a_judge, *a_ctrls], [a_gallery, a_table, a_zip, a_status],
                         api_name="anonymize")
 
@@ -765,7 +908,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
             def _roundtrip(photo, methods, key, wrong_key, judge, *ctrl):
                 return recover_roundtrip(catalog, photo, methods, key, wrong_key, judge, r_keys, ctrl)
 
-            _roundtrip = _handler(_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], r_keys)
+            _roundtrip = _handler(_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], r_keys, demo.GRADIO_CACHE)
 
             r_run.click(_roundtrip, [r_photo, r_methods, r_key, r_wrong, r_judge, *r_ctrls], [r_gallery, r_table, r_zip, r_status],
                         api_name="recover_roundtrip")
@@ -785,7 +928,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
             def _recover_file(photo, method, key, *ctrl):
                 return recover_file(catalog, photo, method, key, r_keys, ctrl)
 
-            _recover_file = _handler(_recover_file, ["photo", "method", "key"], r_keys)
+            _recover_file = _handler(_recover_file, ["photo", "method", "key"], r_keys, demo.GRADIO_CACHE)
 
             f_run.click(_recover_file, [f_photo, f_method, f_key, *r_ctrls], [f_out, f_report, f_zip], api_name="recover_file")
 
@@ -815,13 +958,16 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
             def _diversity(photo, methods, n_keys, base_key, judge, *ctrl):
                 return diversity_grid(catalog, photo, methods, n_keys, base_key, judge, d_keys, ctrl)
 
-            _diversity = _handler(_diversity, ["photo", "methods", "n_keys", "base_key", "judge"], d_keys)
+            _diversity = _handler(_diversity, ["photo", "methods", "n_keys", "base_key", "judge"], d_keys, demo.GRADIO_CACHE)
 
             # one gallery row per method: as many columns as keys
             d_n.change(lambda n: gr.Gallery(columns=int(n)), d_n, d_gallery, queue=False, api_visibility="private")
             d_run.click(_diversity, [d_photo, d_methods, d_n, d_key, d_judge, *d_ctrls], [d_gallery, d_table, d_zip, d_status],
                         api_name="diversity")
 
+    for block in demo.blocks.values():
+        if isinstance(block, gr.components.Component) and getattr(block, "interactive", None) is not False:
+            _gradio_checks_as_user_errors(block)
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 
@@ -832,7 +978,8 @@ def launch(demo: gr.Blocks | None = None, *, server_port: int | None = None, ser
     port = server_port or int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
     kwargs.setdefault("max_file_size", MAX_UPLOAD)
     kwargs.setdefault("show_error", False)  # gr.Error messages are shown; other exceptions are not dumped
-    kwargs.setdefault("allowed_paths", [str(_CACHE_DIR)] + [str(Path(p).parent) for p in example_photos()])
+    # the example photos' folders only: request files reach users through Gradio's cache (see _hand_over)
+    kwargs.setdefault("allowed_paths", sorted({str(Path(p).parent) for p in example_photos()}))
     return demo.launch(server_port=port, server_name=server_name or os.environ.get("GRADIO_SERVER_NAME"), **kwargs)
 
 

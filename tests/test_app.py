@@ -11,8 +11,10 @@ weights are installed).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
+import stat
 import struct
 import zipfile
 import zlib
@@ -175,17 +177,31 @@ def test_anonymize_tab_every_installed_method(app, photo, installed):
         assert -1.0 <= float(r[2]) <= 1.0 and r[3] in ("yes", "no") and r[4] == "processed"
     fingerprint = Secret(KEY).fingerprint
     assert fingerprint in status
+    # downloads are named after what they hold
+    assert [Path(g["image"]).name for g in gallery] == ["original.png", *(f"anonymized_{m}.png" for m in methods)]
+    assert Path(zip_path).name == f"anonymized_{'-'.join(methods)}.zip"
     with zipfile.ZipFile(zip_path) as zf:
         names = set(zf.namelist())
-        assert {"original.png"} | {f"{m}.png" for m in methods} | {f"{m}.json" for m in methods} <= names
+        assert names == {f"anonymized_{m}.png" for m in methods} | {f"anonymized_{m}.json" for m in methods}
+        _assert_no_original(zf, original)
         for m in methods:
-            report = json.loads(zf.read(f"{m}.json"))
+            report = json.loads(zf.read(f"anonymized_{m}.json"))
             assert report["method"] == m and report["faces_found"] == 1
             assert report["image_size"] == [original.shape[1], original.shape[0]]
             if m in ("shift", "toy"):  # keyed methods report the key's fingerprint
                 assert report["key_fingerprint"] == fingerprint
             assert report["identity_judge"]["name"] == "sface" and len(report["identity_judge"]["per_face"]) == 1
         assert all(KEY.encode() not in zf.read(n) for n in names)  # the key itself is never written
+
+
+def _assert_no_original(zf: zipfile.ZipFile, original: np.ndarray) -> None:
+    """No member of a download zip is, or is named as, the uploaded photo."""
+    import io
+
+    for name in zf.namelist():
+        assert "original" not in name, name
+        if name.endswith(".png"):
+            assert not np.array_equal(np.asarray(Image.open(io.BytesIO(zf.read(name))).convert("RGB")), original), name
 
 
 def test_recover_tab_right_key_beats_wrong_key(app, photo):
@@ -202,6 +218,11 @@ def test_recover_tab_right_key_beats_wrong_key(app, photo):
         e_anon, e_right, e_wrong = (_err(x, original, box) for x in (anon, right, wrong))
         assert e_right < 0.5 * e_anon and e_right < 0.5 * e_wrong, (m, e_anon, e_right, e_wrong)
     assert Secret(KEY).fingerprint in status and Secret(KEY + " (wrong)").fingerprint in status
+    assert Path(zip_path).name == f"recovery_{'-'.join(reversible)}.zip"
+    with zipfile.ZipFile(zip_path) as zf:
+        expected = {f"{kind}_{m}.{ext}" for m in reversible for kind, ext in (
+            ("anonymized", "png"), ("recovered_right_key", "png"), ("recovered_wrong_key", "png"), ("report", "json"))}
+        assert set(zf.namelist()) == expected
 
 
 def test_recover_from_saved_file(app, photo, tmp_path):
@@ -210,13 +231,14 @@ def test_recover_from_saved_file(app, photo, tmp_path):
     saved = tmp_path / "anonymized.png"
     anon.image.save(saved)
     out_path, report, zip_path = _call(app, "/recover_file", handle_file(str(saved)), "shift", KEY, shift_amount=0.8)
+    assert Path(out_path).name == "recovered_shift.png" and Path(zip_path).name == "recovered_shift.zip"
     original, box = _rgb(photo), _face_box(photo)
     out = _rgb(out_path)
     assert out.shape == original.shape
     assert _err(out, original, box) < 0.5 * _err(_rgb(saved), original, box)
     assert report["operation"] == "recover" and report["key_fingerprint"] == Secret(KEY).fingerprint
     with zipfile.ZipFile(zip_path) as zf:
-        assert sorted(zf.namelist()) == ["shift_recovered.json", "shift_recovered.png"]
+        assert sorted(zf.namelist()) == ["recovered_shift.json", "recovered_shift.png"]
 
 
 def test_diversity_tab_one_row_per_method(app, photo, installed):
@@ -231,13 +253,19 @@ def test_diversity_tab_one_row_per_method(app, photo, installed):
         assert all(r.shape == original.shape for r in row)
         if m in ("shift", "toy"):  # keyed methods: every key gives a different face
             assert all(not np.array_equal(a, b) for a, b in zip(row, row[1:]))
+    assert [Path(g["image"]).name for g in gallery] == [f"anonymized_{m}_key{j + 1}.png" for m in methods for j in range(n)]
+    assert Path(zip_path).name == f"diversity_{'-'.join(methods)}.zip"
+    with zipfile.ZipFile(zip_path) as zf:
+        _assert_no_original(zf, original)
     rows = table["data"]
     assert [r[0] for r in rows] == methods
     for r in rows:
         assert int(r[1]) == n and -1.0 <= float(r[2]) <= 1.0 and -1.0 <= float(r[3]) <= 1.0
 
 
-def test_bad_uploads_give_readable_errors(app, photo, tmp_path):
+def test_bad_uploads_give_readable_errors(app, photo, tmp_path, caplog, capsys):
+    caplog.set_level(logging.INFO, logger="space_app")
+    capsys.readouterr()
     not_image = tmp_path / "notes.png"
     not_image.write_text("this is a text file, not a picture\n" * 20)
     huge = _png_header_only(tmp_path / "huge.png", 30000, 30000)
@@ -257,6 +285,13 @@ def test_bad_uploads_give_readable_errors(app, photo, tmp_path):
         message = str(info.value)
         assert expected in message, (api, message)
         assert "Traceback" not in message and len(message) < 400
+    # a user's mistake is logged as one line, with no traceback (Gradio prints one for a gr.Error unless told not to)
+    user = [r for r in caplog.records if r.name == "space_app" and r.getMessage().startswith("user error: ")]
+    assert len(user) >= 5, [r.getMessage() for r in caplog.records]
+    assert all(r.exc_info is None and "\n" not in r.getMessage() for r in user)
+    assert any("Not a readable image" in r.getMessage() for r in user) and any("enter a key" in r.getMessage() for r in user)
+    printed = capsys.readouterr()
+    assert "Traceback" not in printed.err + printed.out, printed.err[-2000:]
 
 
 def test_upload_over_the_size_limit_is_refused(app, tmp_path):
@@ -297,3 +332,81 @@ def test_zoo_methods_env_and_broken_checkpoint(monkeypatch, tmp_path, photo):
             space_app.anonymize_photo(catalog, str(photo), ["toy_broken"], KEY, None, [], [])
     finally:
         registry._REGISTRY.pop("toy_broken", None)
+
+
+class Broken(KeyedShift):
+    """Test method with a bug that escapes the method (a failure inside one face falls back to blur)."""
+
+    name = "broken"
+
+    def anonymize(self, *args, **kwargs):
+        raise RuntimeError("internal bug")
+
+
+def test_method_failures_logged_by_kind(app, photo, caplog):
+    """A method refusing the user's input (a control out of range) is logged in one line; an internal
+    failure keeps its traceback; the other methods still run."""
+    caplog.set_level(logging.INFO, logger="space_app")
+    registry.register_method("broken", f"{__name__}:Broken")
+    try:
+        catalog = dict(app["catalog"], broken=space_app.method_catalog(["broken"])["broken"])
+        gallery, rows, zip_path, status = space_app.anonymize_photo(
+            catalog, str(photo), ["shift", "broken", "blur"], KEY, None, [("shift", "amount")], [5.0])
+    finally:
+        registry._REGISTRY.pop("broken", None)
+        space_app._METHODS.pop("broken", None)
+    assert [caption.split(" · ")[0] for _, caption in gallery] == ["original", "blur"]
+    assert "shift** failed" in status and "above its maximum" in status and "RuntimeError: internal bug" in status
+    (user,) = [r for r in caplog.records if r.getMessage().startswith("shift failed")]
+    assert user.levelno == logging.WARNING and user.exc_info is None and "\n" not in user.getMessage()
+    (internal,) = [r for r in caplog.records if r.getMessage().startswith("broken failed")]
+    assert internal.levelno == logging.ERROR and internal.exc_info and internal.exc_info[0] is RuntimeError
+
+
+def _mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def test_request_files_are_private_and_handed_over(app, photo, tmp_path):
+    """The app's files are 0600 in 0700 folders made by tempfile.mkdtemp (whatever the umask), the zip
+    holds results only, and handing the outputs to Gradio's cache leaves the app nothing behind."""
+    old_umask = os.umask(0)  # the most permissive umask: modes must not depend on it
+    try:
+        outputs = space_app.anonymize_photo(app["catalog"], str(photo), ["shift", "blur"], KEY, None, [], [])
+    finally:
+        os.umask(old_umask)
+    gallery, _rows, zip_path, _status = outputs
+    base = space_app._app_dir()
+    run = Path(zip_path).parent
+    assert run.parent == base and Path(zip_path).name == "anonymized_shift-blur.zip"
+    folders = [base, run, *(d for d in run.rglob("*") if d.is_dir())]
+    files = [f for f in run.rglob("*") if f.is_file()]
+    assert {f.name for f in files} == {"original.png", "anonymized_shift-blur.zip", "anonymized_shift.png",
+                                       "anonymized_blur.png", "anonymized_shift.json", "anonymized_blur.json"}
+    assert all(_mode(d) == 0o700 for d in folders), {str(d): oct(_mode(d)) for d in folders}
+    assert all(_mode(f) == 0o600 for f in files), {f.name: oct(_mode(f)) for f in files}
+    with zipfile.ZipFile(zip_path) as zf:
+        assert "original.png" not in zf.namelist()
+        _assert_no_original(zf, _rgb(photo))
+
+    cache = tmp_path / "gradio_cache"
+    handed = space_app._hand_over(outputs, cache)
+    assert not run.exists()  # the request's folder is gone once Gradio holds the files
+    paths = [p for p, _caption in handed[0]] + [handed[2]]
+    assert [Path(p).name for p in paths] == [Path(p).name for p, _ in gallery] + [Path(zip_path).name]
+    for p in map(Path, paths):
+        assert p.parent.parent == cache and _mode(p) == 0o600 and _mode(p.parent) == 0o700, p
+    assert handed[1] == outputs[1] and handed[3] == outputs[3]  # the rest passes through untouched
+
+
+def test_served_files_leave_nothing_behind(app, photo):
+    """Through the server: the zip Gradio serves is 0600 in a 0700 folder, and the request folder is deleted."""
+    base = space_app._app_dir()
+    before = set(base.iterdir())
+    client = Client(app["url"], verbose=False, download_files=False)  # -> the server's own paths
+    gallery, _table, zipped, _status = client.predict(handle_file(str(photo)), ["shift"], KEY, "sface", api_name="/anonymize")
+    assert set(base.iterdir()) <= before  # no request folder is left in the app's folder
+    served = [Path(g["image"]["path"]) for g in gallery] + [Path(zipped["path"])]
+    assert [p.name for p in served] == ["original.png", "anonymized_shift.png", "anonymized_shift.zip"]
+    for p in served:
+        assert p.is_relative_to(app["demo"].GRADIO_CACHE) and _mode(p) == 0o600 and _mode(p.parent) == 0o700, p
