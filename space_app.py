@@ -68,7 +68,8 @@ MAX_UPLOAD = os.environ.get("ZOO_MAX_UPLOAD", "20mb")
 CONCURRENCY = int(os.environ.get("ZOO_CONCURRENCY", 2))
 QUEUE_SIZE = int(os.environ.get("ZOO_QUEUE_SIZE", 32))
 MAX_KEYS = 8
-JUDGES = ("sface", "dlib")
+JUDGES = ("dlib", "sface")  # dlib first: no method trains with it; SFace is the demo checkpoints' training encoder
+JUDGE_LABELS = {"dlib": "dlib (independent)", "sface": "SFace (used in training)"}
 RUN_KEEP_SECONDS = 3600.0  # request folders left behind (direct calls, crashes) are swept after this
 _EXAMPLES = "examples"  # the app folder's subfolder for generated example photos (never swept)
 
@@ -103,6 +104,7 @@ class MethodStatus:
     uses_key: bool = True
     controls: tuple = ()
     local_dir: str | None = None
+    evaluation: str = ""  # measured privacy/recovery of the weights in use, one line
 
 
 def _requested_methods() -> list[str]:
@@ -118,15 +120,17 @@ def method_catalog(names: Sequence[str] | None = None, checkpoints: str | None =
     checkpoints = checkpoints if checkpoints is not None else os.environ.get("ZOO_CHECKPOINTS")
     out: dict[str, MethodStatus] = {}
     for name in names:
+        local = Path(checkpoints) / name if checkpoints else None
         try:
             info = zoo.info(name)
-            cls = zoo.registry.get_method_class(name)
+            choice = zoo.registry.resolve_weights(name, local_dir=str(local)) if local is not None and local.is_dir() else None
+            cls = zoo.registry.runtime_class(name, choice)  # a demo checkpoint runs the demo variant (its controls)
         except Exception as err:  # noqa: BLE001 - unknown name or a module that does not import
             out[name] = MethodStatus(name, False, _one_line(f"cannot be loaded: {err}"))
             continue
-        local = Path(checkpoints) / name if checkpoints else None
-        if local is not None and local.is_dir():
-            available, reason, local_dir = True, f"local checkpoint {local}", str(local)
+        evaluation = info.get("evaluation")
+        if choice is not None:
+            available, reason, local_dir, evaluation = True, f"local checkpoint {local}: {choice.label}", str(local), choice.evaluation
         else:
             available, reason, local_dir = bool(info.get("weights_available")), str(info.get("weights_status", "")), None
         out[name] = MethodStatus(
@@ -138,8 +142,21 @@ def method_catalog(names: Sequence[str] | None = None, checkpoints: str | None =
             uses_key=bool(info.get("uses_key", True)),
             controls=tuple(getattr(cls, "controls", ())),
             local_dir=local_dir,
+            evaluation=_evaluation_line(evaluation) if available and info.get("weights_kind") != "none" else "",
         )
     return out
+
+
+def _evaluation_line(evaluation) -> str:
+    """One line from a checkpoint's stored evaluation (dlib judge), or the warning that it has none."""
+    if not isinstance(evaluation, dict):
+        return str(evaluation or "warning: this checkpoint carries no evaluation summary; its privacy is unmeasured")
+    parts = []
+    for data, block in evaluation.items():
+        if isinstance(block, dict):
+            vals = [f"{k.replace('_', ' ')} {v['value']:.2f}" for k, v in block.items() if isinstance(v, dict) and "value" in v]
+            parts.append(f"{data} ({block.get('judge', 'dlib')}, n={next((v['n'] for v in block.values() if isinstance(v, dict) and 'n' in v), '?')}): " + ", ".join(vals))
+    return "; ".join(parts)
 
 
 def _one_line(text: str, limit: int = 160) -> str:
@@ -816,6 +833,16 @@ def _unavailable_md(catalog: dict[str, MethodStatus]) -> str:
     return "\n".join(lines)
 
 
+def _weights_md(catalog: dict[str, MethodStatus]) -> str:
+    """Which weights each available neural method runs on, with its stored evaluation."""
+    on = [s for s in catalog.values() if s.available and s.evaluation]
+    if not on:
+        return ""
+    lines = ["**Weights in use** (rates: fraction the dlib judge calls the same person):"]
+    lines += [f"- **{s.name}**: {s.reason}. {s.evaluation}" for s in on]
+    return "\n".join(lines)
+
+
 def _method_picker(catalog: dict[str, MethodStatus], label: str, only: Callable[[MethodStatus], bool] = lambda s: True,
                    default: int = 2):
     on = [s.name for s in catalog.values() if s.available and only(s)]
@@ -835,7 +862,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
     """The Gradio Blocks app (queued, with a concurrency limit). ``catalog`` defaults to :func:`method_catalog`."""
     catalog = method_catalog() if catalog is None else catalog
     examples = example_photos()
-    judges = list(JUDGES)
+    judges = [(JUDGE_LABELS[j], j) for j in JUDGES]
     reversible = [s.name for s in catalog.values() if s.available and s.reversible]
 
     with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
@@ -844,6 +871,8 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
             "changed and pasted back; everything else stays as it was. The identity similarity is measured by a face "
             "recognizer that none of the methods uses."
         )
+        if _weights_md(catalog):
+            gr.Markdown(_weights_md(catalog))
         if _unavailable_md(catalog):
             gr.Markdown(_unavailable_md(catalog))
 
@@ -857,7 +886,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
                     a_methods = _method_picker(catalog, "Methods")
                     a_key = gr.Textbox(value="", label="Key", type="password", elem_id="anon_key",
                                        info="any text; keep it secret. Empty: a random key is used and forgotten (no recovery)")
-                    a_judge = gr.Dropdown(choices=judges, value=judges[0], label="Identity judge")
+                    a_judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
                     with gr.Accordion("Method controls", open=False):
                         a_ctrls, a_keys = _control_inputs(catalog)
                         if not a_ctrls:
@@ -892,7 +921,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
                     r_methods = _method_picker(catalog, "Reversible methods", only=lambda s: s.reversible, default=3)
                     r_key = gr.Textbox(value=new_secret, label="Key", type="password", info="a fresh random key per visit; type your own to reuse it")
                     r_wrong = gr.Textbox(value="", label="Wrong key", info="empty = the key with ' (wrong)' appended", type="password")
-                    r_judge = gr.Dropdown(choices=judges, value=judges[0], label="Identity judge")
+                    r_judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
                     with gr.Accordion("Method controls", open=False):
                         r_ctrls, r_keys = _control_inputs(catalog, only=lambda s: s.reversible)
                     r_run = gr.Button("Anonymize and recover", variant="primary")
@@ -942,7 +971,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
                     d_methods = _method_picker(catalog, "Methods")
                     d_n = gr.Slider(minimum=2, maximum=MAX_KEYS, value=4, step=1, label="Number of keys")
                     d_key = gr.Textbox(value="", label="Base key", info="empty = fresh random keys; else keys are '<base>#1', '<base>#2', ...", type="password")
-                    d_judge = gr.Dropdown(choices=judges, value=judges[0], label="Identity judge")
+                    d_judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
                     with gr.Accordion("Method controls", open=False):
                         d_ctrls, d_keys = _control_inputs(catalog)
                     d_run = gr.Button("Make the grid", variant="primary")
