@@ -892,64 +892,17 @@ class ReconstructionBaseline(DeidMethod):
 
 
 @torch.no_grad()
-def stage_losses(
-    cls: type,
-    config: str | dict,
-    stage: int,
-    model_dir: str,
-    batches: int = 8,
-    batch_size: int | None = None,
-    seed: int = 1234,
-) -> dict[str, float]:
-    """Mean of every logged generator-loss term of ``stage`` over ``batches`` batches, for the
-    checkpoint in ``model_dir`` (loaded into ``cls.from_config(config)``, components in eval mode).
-
-    Keys and batches are the same for every checkpoint (seeded), so two checkpoints (e.g. the start and
-    the end of stage 2) are compared on equal terms. With synthetic data the faces are held out (another
-    face seed); folder / Hub data are read as configured.
-    """
-    from training.data import build_source
-    from training.train import _load_init, load_config
-
-    cfg = load_config(config)
-    method = cls.from_config(cfg)
-    _load_init(method, model_dir)
-    method.to("cpu")
-    for comp in method.components.values():
-        comp.eval()
-    bs = int(batch_size or cfg["stages"][stage].get("batch_size", 4))
-    data = dict(cfg.get("data") or {"source": "synthetic"})
-    if data.get("source", "synthetic") == "synthetic":  # held-out faces: another face seed, unbounded set
-        data = {"source": "synthetic", "seed": int(data.get("seed", 0)) + 1_000_003, "size": None}
-    source = build_source(data, int(cfg["resolution"]), int(cfg.get("seed", 0)))
-    totals: dict[str, float] = {}
-    for b in range(batches):
-        batch = source.batch([b * bs + j for j in range(bs)])
-        method.train_generator = torch.Generator().manual_seed(seed + b)
-        _, logs = method.compute_losses(stage, "g", batch, step=1)
-        for k, v in logs.items():
-            totals[k] = totals.get(k, 0.0) + v / batches
-    return totals
-
-
 def cli(cls: type, argv: list[str] | None = None, extra: Any = None) -> None:
-    """``python -m zoo.methods.<dbaf|hford> stage-losses --config C --stage S --model DIR [DIR ...]``."""
+    """``python -m zoo.methods.<dbaf|hford> <command>``: the method's own commands (e.g. DBAF's
+    ``convert-official``). Stage-loss analysis lives in ``python -m training.stage_losses``."""
     import argparse
-    import json
 
-    ap = argparse.ArgumentParser(prog=f"python -m zoo.methods.{cls.name}")
+    ap = argparse.ArgumentParser(prog=f"python -m zoo.methods.{cls.name}", epilog="stage losses: python -m training.stage_losses --method NAME ...")
+    if extra is None:
+        ap.parse_args(argv)
+        ap.print_help()
+        return
     sub = ap.add_subparsers(dest="cmd", required=True)
-    c = sub.add_parser("stage-losses", help="a stage's generator losses on held-out batches, per checkpoint")
-    c.add_argument("--config", required=True)
-    c.add_argument("--stage", type=int, required=True)
-    c.add_argument("--model", nargs="+", required=True, help="checkpoint folder(s), e.g. stage1/model stage2/model")
-    c.add_argument("--batches", type=int, default=8)
-    c.add_argument("--batch-size", type=int)
-    if extra is not None:
-        extra(sub)
+    extra(sub)
     args = ap.parse_args(argv)
-    if args.cmd == "stage-losses":
-        rows = {m: stage_losses(cls, args.config, args.stage, m, args.batches, args.batch_size) for m in args.model}
-        print(json.dumps(rows, indent=2))
-    else:
-        args.func(args)
+    args.func(args)
