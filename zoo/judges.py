@@ -298,12 +298,24 @@ def _main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--judge", default="dlib")
     p.add_argument("--key", default="judge-check")
     args = p.parse_args(argv)
-    rgb, _ = load_image(args.image)
+    import sys
+
+    try:
+        rgb, _ = load_image(args.image)
+        judge = get_judge(args.judge)
+    except (OSError, ValueError, ImportError) as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     faces = detect_faces(rgb)
-    judge = get_judge(args.judge)
     rows = {}
     for name in [m.strip() for m in args.methods.split(",") if m.strip()]:
-        out = np.asarray(load(name).anonymize(rgb, key=args.key))
+        try:
+            out = np.asarray(load(name).anonymize(rgb, key=args.key))
+        except (KeyError, OSError, ValueError, TypeError) as err:  # unknown method, no weights, bad control
+            msg = str(err).strip("'\"")
+            print(f"error: {msg}", file=sys.stderr)
+            rows[name] = {"error": msg}
+            continue
         rows[name] = measure(rgb, out, faces, judge)
     print(json.dumps({"image": args.image, "faces": len(faces), "judge": judge.name,
                       "threshold": judge.distance_threshold, "methods": rows}, indent=1))
