@@ -127,7 +127,11 @@ def test_list_and_info(capsys):
     assert "strength=0.6 [0.0..1.0]" in text
     assert main(["list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
-    assert rows["blur"]["weights"] == "ready" and rows["blur"]["reversible"] == "no"
+    assert rows["blur"]["weights"] == "none needed" and rows["blur"]["reversible"] == "no"
+    # the bundled demo checkpoints are listed as such, with their label and stored evaluation
+    assert rows["personal"]["weights"] == "demo (bundled)" and rows["personal"]["weights_label"].startswith("demo:")
+    assert rows["personal"]["resolution"] == "64" and "refine_steps" in rows["personal"]["controls"]
+    assert rows["personal"]["evaluation"]["generated"]["anonymized_same_person"]["n"] >= 200
     assert main(["info", "pixelate"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["name"] == "pixelate" and info["controls"]["strength"]["default"] == 0.5

@@ -297,11 +297,17 @@ EXTRA_ORIENTATION_SCORE = 0.85
 def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[DetectedFace]:
     """Merge detection passes over the photo turned by 0/90/180/270 degrees (faces in input pixels).
 
-    The pass with the largest total score is the photo's orientation and gives every face it found; the
-    other passes add the faces they are sure of (score >= :data:`EXTRA_ORIENTATION_SCORE`) that overlap
-    none already kept, so a turned face in an upright photo is found without admitting the weak false
-    positives that turned textures produce."""
-    best = max(range(len(passes)), key=lambda i: sum(f.score for f in passes[i]))
+    The photo's orientation is the pass with the most sure faces (score >= :data:`EXTRA_ORIENTATION_SCORE`);
+    the photo as given (pass 0) keeps that role on a tie, so a turned copy takes over only when it finds
+    strictly more sure faces. That pass gives every face it found; the other passes add the sure faces
+    that overlap none already kept, so a turned face in an upright photo is found without admitting the
+    weak false positives that turned textures produce."""
+    sure = [sum(f.score >= EXTRA_ORIENTATION_SCORE for f in p) for p in passes]
+    total = [sum(f.score for f in p) for p in passes]
+    best = 0
+    for i in range(1, len(passes)):
+        if sure[i] > sure[best] or (best != 0 and sure[i] == sure[best] and total[i] > total[best]):
+            best = i
     kept = list(passes[best])
     extras = sorted((f for i, p in enumerate(passes) if i != best for f in p if f.score >= EXTRA_ORIENTATION_SCORE), key=lambda f: -f.score)
     for f in extras:
