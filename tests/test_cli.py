@@ -55,7 +55,8 @@ def test_anonymize_a_folder_end_to_end(photos, tmp_path):
             report = json.loads(report_text)
             assert report["method"] == method and report["faces_found"] == n_faces == len(report["faces"])
             assert report["fallbacks"] == [] and report["controls"] == {"strength": 0.8}
-            assert report["key_fingerprint"] == fingerprint and report["key_source"] == "--key-file"
+            # noise draws its noise from the key; blur ignores the key, so it reports no fingerprint
+            assert report["key_fingerprint"] == (fingerprint if method == "noise" else None) and report["key_source"] == "--key-file"
             assert all(len(f["box"]) == 4 for f in report["faces"])
             with Image.open(out / f"{stem}__{method}.png") as im:
                 assert im.size == size == tuple(report["image_size"])
@@ -137,3 +138,27 @@ def test_list_and_info(capsys):
     assert info["name"] == "pixelate" and info["controls"]["strength"]["default"] == 0.5
     assert main(["info", "nope"]) == 2
     assert "unknown method" in capsys.readouterr().err
+
+
+def test_secret_is_stretched_once_per_run_and_keyless_methods_get_no_fingerprint(photos, tmp_path, monkeypatch):
+    import hashlib
+
+    import zoo.keys
+
+    calls = []
+    real = hashlib.pbkdf2_hmac
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(zoo.keys.hashlib, "pbkdf2_hmac", counting)
+    out = tmp_path / "out"
+    assert main(["anonymize", str(photos), "--method", "blur,noise,personal", "--key", "a long secret", "--out", str(out), "-q"]) == 0
+    reports = [json.loads(p.read_text()) for p in out.rglob("*.json")]
+    assert len(reports) >= 6 and len(calls) == 1  # several images x three methods, one PBKDF2 run
+    by_method = {}
+    for r in reports:
+        by_method.setdefault(r["method"], set()).add(r["key_fingerprint"])
+    assert by_method["blur"] == {None}  # blur ignores the key: no fingerprint
+    assert by_method["noise"] == by_method["personal"] == {Secret("a long secret").fingerprint}

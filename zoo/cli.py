@@ -203,6 +203,13 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         elif operation == "anonymize" and key is None and m.uses_key and getattr(m, "reversible", False):
             print(f"note: no key given; {name} uses a fresh random key, so these results cannot be recovered", file=sys.stderr)
 
+    # the secret is stretched once for the whole run (not once per image and method)
+    stretched = None
+    if key is not None and any(m.uses_key for m in loaded.values()):
+        from .keys import as_secret
+
+        stretched = as_secret(key)
+    run_keys = {name: (m.run_secret(key, stretched) if (key is not None and m.uses_key) else None) for name, m in loaded.items()}
     jobs = [(path, stem, name) for path, stem in inputs for name in loaded]
     bar = tqdm(jobs, desc=operation, unit="img", disable=args.quiet or None, file=sys.stderr)
     for path, stem, name in bar:
@@ -211,7 +218,7 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         try:
             t0 = time.perf_counter()
             fn = method.anonymize if operation == "anonymize" else method.recover
-            result = fn(str(path), key=key, aligned=args.aligned, **controls)
+            result = fn(str(path), key=run_keys[name], aligned=args.aligned, **controls)
             report = result.report()
             report.update(
                 {

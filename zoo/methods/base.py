@@ -193,6 +193,12 @@ class DeidMethod:
             raise ValueError(f"{self.name} has no control(s) {unknown}; it takes {sorted(known) or 'none'}")
         return {name: c.validate(controls.get(name)) for name, c in known.items()}
 
+    def run_secret(self, key: str | bytes | Secret | None, stretched: Secret | None = None):
+        """What a whole run passes as ``key`` to every job: the secret stretched once (PBKDF2 is slow on
+        purpose, so a CLI run over many files must not repeat it). ``stretched``: an already stretched
+        ``Secret`` of the same key, shared across methods. Methods with their own key format override."""
+        return stretched if stretched is not None else as_secret(key)
+
     def face_keys(self, secret: Secret | None, n: int, start: int = 0) -> list[KeyMaterial]:
         """One key per face, face ``i`` keyed by (secret, method name, i)."""
         if secret is None:
@@ -257,7 +263,8 @@ class DeidMethod:
         return np.concatenate(outs, axis=0)
 
     def _keys_for(self, operation: str, secret: Secret | None, n: int) -> list:
-        return [None] * n if operation == "reconstruct" else self.face_keys(secret, n)
+        # methods that ignore the key get none (and no fresh random secret is stretched for them)
+        return [None] * n if (operation == "reconstruct" or not self.uses_key) else self.face_keys(secret, n)
 
     def _process_isolated(self, operation, crops, keys, controls) -> tuple[list[np.ndarray | None], list[str | None]]:
         """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others."""

@@ -282,6 +282,11 @@ class PasswordReferences:
     def recover(self, image, key, *, aligned: bool = False, **controls: Any):
         return super().recover(image, as_personal_secret(key), aligned=aligned, **controls)
 
+    def run_secret(self, key, stretched=None):
+        """A six-digit key stays the paper's password (no KDF); any other key is stretched once."""
+        personal = as_personal_secret(key)
+        return personal if isinstance(personal, SixDigitPassword) else super().run_secret(key, stretched)
+
     # -- reference library --------------------------------------------------------------------------
     @property
     def has_library(self) -> bool:
@@ -550,7 +555,7 @@ class PersonalDemo(PasswordReferences, LatentDemoMethod):
         config = dict(config)
         method = cls(config, cls.backbone_components(config))
         lib = dict(config.get("library") or {})
-        seed, m, k = int(lib.get("seed", 7)), int(lib.get("identities", 100)), int(lib.get("k", 10))
+        seed, m, k = int(lib.get("seed", 7)), int(lib.get("identities", 1000)), int(lib.get("k", 10))
         base = torch.stack([latent_for(seed, i) for i in range(m)])
         method.set_reference_library(base, k=k, seed=seed)
         typical = F.normalize(torch.stack([latent_for(seed, m + i) for i in range(256)]), dim=1)
