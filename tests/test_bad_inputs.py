@@ -211,3 +211,23 @@ def test_atomic_save_leaves_nothing_half_written(tmp_path, astronaut_rgb, monkey
         save_image_atomic(Image.fromarray(astronaut_rgb), tmp_path / "out.unknownext")
     write_text_atomic('{"a": 1}', tmp_path / "r.json")
     assert Path(tmp_path / "r.json").read_text() == '{"a": 1}'
+
+
+def test_animated_gif_is_refused_not_cut_to_one_frame(tmp_path):
+    from PIL import Image
+
+    from zoo.imageio import InvalidImageError, load_image
+
+    frames = [Image.new("RGB", (32, 32), (i * 60, 0, 0)) for i in range(3)]
+    path = tmp_path / "anim.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=50, loop=0)
+    with pytest.raises(InvalidImageError, match="3 frames"):
+        load_image(str(path))
+    with pytest.raises(InvalidImageError, match="3 frames"):
+        load_image(path.read_bytes())
+    with Image.open(path) as im:
+        with pytest.raises(InvalidImageError, match="frames"):
+            load_image(im)
+    single = tmp_path / "one.gif"
+    frames[0].save(single)
+    assert load_image(str(single))[0].shape == (32, 32, 3)  # a still GIF is fine

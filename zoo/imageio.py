@@ -184,6 +184,12 @@ def _decode_bytes(data: bytes, name: str, max_pixels: int | None, min_side: int 
     except Exception as err:  # noqa: BLE001 - corrupt headers raise many types
         raise InvalidImageError(f"{name}: corrupt image header ({type(err).__name__}: {err})") from None
     _check_size(*im.size, max_pixels, min_side, what=name)
+    frames = int(getattr(im, "n_frames", 1) or 1)
+    if frames > 1:  # never cut an animation to its first frame: the other frames' faces would leave untouched
+        raise InvalidImageError(
+            f"{name}: an animated or multi-page image with {frames} frames; split it into single images "
+            f"(e.g. `ffmpeg -i in.gif frame_%04d.png`) and process those"
+        )
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", Image.DecompressionBombWarning)
@@ -228,6 +234,8 @@ def load_image(
         return _decode_bytes(bytes(src), "image bytes", max_pixels, min_side)
     if isinstance(src, Image.Image):
         _check_size(*src.size, max_pixels, min_side)
+        if int(getattr(src, "n_frames", 1) or 1) > 1:
+            raise InvalidImageError(f"an animated or multi-page image with {src.n_frames} frames; pass its frames one by one")
         try:
             src.load()
         except Exception as err:  # noqa: BLE001
