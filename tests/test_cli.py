@@ -162,3 +162,21 @@ def test_secret_is_stretched_once_per_run_and_keyless_methods_get_no_fingerprint
         by_method.setdefault(r["method"], set()).add(r["key_fingerprint"])
     assert by_method["blur"] == {None}  # blur ignores the key: no fingerprint
     assert by_method["noise"] == by_method["personal"] == {Secret("a long secret").fingerprint}
+
+
+def test_sigterm_leaves_no_temporary_file(photos, tmp_path):
+    import signal
+    import time
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "zoo", "anonymize", str(photos), str(photos), "--method", "personal,blur,noise", "--key", "k", "--out", str(out), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(out.rglob("*.png")) and proc.poll() is None:
+        time.sleep(0.05)  # wait until it is writing
+    proc.send_signal(signal.SIGTERM)
+    rc = proc.wait(timeout=120)
+    assert rc in (0, 128 + signal.SIGTERM)
+    assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]

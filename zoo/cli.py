@@ -326,8 +326,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _terminate(signum, frame) -> None:
+    # SIGTERM unwinds like Ctrl-C, so half-written temp files are removed (zoo.imageio._atomic_write)
+    raise SystemExit(128 + signum)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, _terminate)
     try:
         if args.command in ("anonymize", "recover"):
             return run_images(args, args.command)
