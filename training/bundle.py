@@ -163,7 +163,9 @@ def bundle(
     shutil.rmtree(tmp, ignore_errors=True)
     res = Path(results) if results else REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu"
     res.parent.mkdir(parents=True, exist_ok=True)
-    res.with_suffix(".json").write_text(json.dumps(evaluations, indent=1, default=str))
+    # evaluator entries as a list (the layout hub_cards reads), whole-photo rows beside them
+    layout = {"results": [r for k, r in evaluations.items() if k != "photos"], "photos": evaluations.get("photos")}
+    res.with_suffix(".json").write_text(json.dumps(layout, indent=1, default=str))
     md = [f"# {method_name}: demo checkpoint, evaluated", "", f"Weights: {index['weights_label']}.", f"Command: `{command}`", ""]
     md += [to_markdown(r) for k, r in evaluations.items() if k != "photos"]
     if "photos" in evaluations:
