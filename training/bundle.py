@@ -69,7 +69,7 @@ def photo_rows(method, photos: list[str], key: str = "evaluation key", wrong_key
     than the anonymized face; wrong-key recoveries still matched."""
     from training.evaluate import rate
     from zoo.imageio import load_image
-    from zoo.judges import get_judge
+    from zoo.judges import embed_at_original_places, get_judge
     from zoo.pipeline import detect_faces
 
     dlib = get_judge("dlib")
@@ -80,14 +80,14 @@ def photo_rows(method, photos: list[str], key: str = "evaluation key", wrong_key
         n_faces += len(faces)
         anon = np.asarray(method.anonymize(rgb, key=key).image.convert("RGB"))
         e0 = dlib.embed_photo_faces(rgb, faces)
-        e_anon = dlib.embed_photo_faces(anon, faces, shapes_from=rgb)
+        e_anon = embed_at_original_places(dlib, rgb, anon, faces)
         matched += list(dlib.same_person(e0, e_anon))
         if method.reversible:
             rec = np.asarray(method.recover(anon, key=key).image.convert("RGB"))
             bad = np.asarray(method.recover(anon, key=wrong_key).image.convert("RGB"))
-            e_rec = dlib.embed_photo_faces(rec, faces, shapes_from=rgb)
+            e_rec = embed_at_original_places(dlib, rgb, rec, faces)
             closer += list(dlib.distance(e0, e_rec) < dlib.distance(e0, e_anon))
-            wrong_matched += list(dlib.same_person(e0, dlib.embed_photo_faces(bad, faces, shapes_from=rgb)))
+            wrong_matched += list(dlib.same_person(e0, embed_at_original_places(dlib, rgb, bad, faces)))
     out = {"photos": [Path(p).name for p in photos], "faces": n_faces,
            "anonymized_same_person": rate(matched, "faces dlib still matches at their original place after anonymization (full photo)")}
     if method.reversible:

@@ -57,10 +57,10 @@ def load_config(path: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve_method_class(name: str) -> type:
     """A method class from a zoo name (``dbaf``) or ``module:Class`` (``training.toy:ToyMethod``)."""
+    from zoo.registry import get_method_class, import_target
+
     if ":" in name:
-        module, _, cls = name.partition(":")
-        return getattr(importlib.import_module(module), cls)
-    from zoo.registry import get_method_class
+        return import_target(name)
 
     try:
         return get_method_class(name)

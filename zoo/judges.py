@@ -36,7 +36,7 @@ import numpy as np
 
 from .pipeline import DetectedFace, _package_dir, ffhq_template, insightface_model_path
 
-__all__ = ["Judge", "SFaceJudge", "DlibJudge", "ArcFaceJudge", "get_judge", "available_judges"]
+__all__ = ["Judge", "SFaceJudge", "DlibJudge", "ArcFaceJudge", "get_judge", "available_judges", "embed_at_original_places", "measure"]
 
 # insightface's ArcFace 112 px template (arcface_dst), landmark order as in zoo.pipeline
 ARCFACE_TEMPLATE_112 = np.array(
@@ -260,17 +260,21 @@ def available_judges() -> list[str]:
     return out
 
 
+def embed_at_original_places(judge: Judge, original: np.ndarray, image: np.ndarray, faces: Sequence[DetectedFace]) -> np.ndarray:
+    """Embeddings of ``image`` (an anonymized / recovered version of ``original``) at ``original``'s faces;
+    dlib locates its landmarks in the original, so a replaced face is judged where the person was."""
+    if isinstance(judge, DlibJudge):
+        return judge.embed_photo_faces(image, faces, shapes_from=original)
+    return judge.embed_photo_faces(image, faces)
+
+
 def measure(original: np.ndarray, anonymized: np.ndarray, faces: Sequence[DetectedFace], judge: Judge) -> dict:
     """Per-face identity distance between a photo and its anonymized version, at the original faces.
 
     Returns ``{"distance": [...], "matched": [...], "psnr_outside_boxes": dB}`` (distances in the
     judge's distance form; dlib landmarks are located in the original photo).
     """
-    if isinstance(judge, DlibJudge):
-        a = judge.embed_photo_faces(original, faces)
-        b = judge.embed_photo_faces(anonymized, faces, shapes_from=original)
-    else:
-        a, b = judge.embed_photo_faces(original, faces), judge.embed_photo_faces(anonymized, faces)
+    a, b = judge.embed_photo_faces(original, faces), embed_at_original_places(judge, original, anonymized, faces)
     keep = np.ones(original.shape[:2], bool)
     for f in faces:
         x0, y0, x1, y1 = f.box

@@ -42,9 +42,14 @@ def _entry(name: str) -> MethodEntry:
     return _REGISTRY[key]
 
 
-def get_method_class(name: str) -> type:
-    module_name, _, cls_name = _entry(name).target.partition(":")
+def import_target(target: str) -> type:
+    """The class named by ``"module:ClassName"``."""
+    module_name, _, cls_name = target.partition(":")
     return getattr(importlib.import_module(module_name), cls_name)
+
+
+def get_method_class(name: str) -> type:
+    return import_target(_entry(name).target)
 
 
 def list_methods() -> list[str]:

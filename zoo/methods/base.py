@@ -387,8 +387,7 @@ class NeuralMethod(DeidMethod):
     def variant_for(cls, config: dict[str, Any]) -> type:
         """The class that runs a checkpoint: the demo variant when its config says ``backbone: dcgan``."""
         if config.get("backbone") == "dcgan" and cls.demo_variant:
-            import importlib
+            from ..registry import import_target
 
-            module, _, name = cls.demo_variant.partition(":")
-            return getattr(importlib.import_module(module), name)
+            return import_target(cls.demo_variant)
         return cls
