@@ -52,6 +52,9 @@ def summarize(result: Mapping[str, Any], judge: str = "dlib") -> dict[str, Any]:
         out["recovery_same_person"] = _value(m["recovery"][judge]["recovery_rate"])
         out["recovery_closer_than_anonymized"] = _value(m["recovery"][judge]["closer_than_anonymized"])
         out["wrong_key_same_person"] = _value(m["wrong_key"][judge]["identification_rate"])
+    jpeg = (m.get("robustness") or {}).get("jpeg90", {}).get(judge, {}).get("recovery_rate")
+    if jpeg:  # a lossy copy loses the carried latent: recovery from the pixels alone
+        out["recovery_same_person_from_jpeg90"] = _value(jpeg)
     if "diversity" in m:
         out["keys_same_person_pairwise"] = _value(m["diversity"][judge]["pairwise_same_rate"])
     det = (m.get("utility") or {}).get("detection_rate")
@@ -139,7 +142,9 @@ def bundle(
     size = method.resolution
     evaluations = {}
     images, ds = load_eval_images(f"synthetic:{n}:{seed}", size)
-    evaluations["generated"] = evaluate(method, images, ("dlib", "sface"), controls=controls, robustness=False, dataset=ds, command=command)
+    # robustness rows: a JPEG / resized copy loses the carried latent (zoo.carrier), so they measure
+    # recovery from the pixels alone
+    evaluations["generated"] = evaluate(method, images, ("dlib", "sface"), controls=controls, robustness=method.reversible, dataset=ds, command=command)
     photo_crops, names = [], []
     for p in photos or []:
         crops, _ = load_eval_images(f"photos:{p}", size)

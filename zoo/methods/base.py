@@ -21,6 +21,7 @@ Pass ``aligned=True`` to give already aligned square crops (one image or a list)
 
 from __future__ import annotations
 
+import inspect
 import logging
 import time
 from dataclasses import asdict, dataclass, field
@@ -79,6 +80,7 @@ class FaceRecord:
     status: str = "processed"  # "processed" | "fallback_blur"
     error: str | None = None
     key_fingerprint: str | None = None
+    latent_carried: bool | None = None  # demo tier: the anonymized code rode in the image (zoo.carrier)
 
 
 @dataclass
@@ -128,6 +130,9 @@ class DeidMethod:
     paper: ClassVar[str] = ""
     reversible: ClassVar[bool] = False
     uses_key: ClassVar[bool] = True
+    #: demo tier: anonymize writes each face's anonymized latent into its pixels (:mod:`zoo.carrier`) and
+    #: recover starts from it when it is intact (``anonymize_faces_carrying``, ``recover_faces(carried=)``)
+    carries_latent: ClassVar[bool] = False
     controls: ClassVar[tuple[Control, ...]] = ()
     #: native aligned-crop size in pixels (instances may override from their config)
     resolution: int = 256
@@ -148,6 +153,11 @@ class DeidMethod:
     def recover_faces(self, y: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
         """Inverse of :meth:`anonymize_faces` with the same keys (reversible methods only)."""
         raise NotImplementedError(f"{self.name} is not reversible")
+
+    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """As :meth:`anonymize_faces`, also returning the anonymized latents ``[N, d]`` (methods with
+        :attr:`carries_latent`)."""
+        raise NotImplementedError(f"{self.name} carries no latent")
 
     def reconstruct_faces(self, x: torch.Tensor) -> torch.Tensor:
         """The method's own pass with the identity left unchanged ([N,3,R,R] in [-1,1] both ways), for
@@ -241,99 +251,187 @@ class DeidMethod:
         return None if self.weights is None else self.weights.label
 
     # ------------------------------------------------------------------ internals
-    def _process_batch(self, operation: str, crops: np.ndarray, keys: list[KeyMaterial], controls: dict) -> np.ndarray:
-        """uint8 [N,R,R,3] -> uint8 [N,R,R,3] through the tensor functions, in chunks of max_batch."""
+    def _process_batch(self, operation: str, crops: np.ndarray, keys: list[KeyMaterial], controls: dict, carried: list | None = None):
+        """uint8 [N,R,R,3] -> (uint8 [N,R,R,3], latents) through the tensor functions, in chunks of max_batch.
+
+        ``latents`` is a float32 ``[N, d]`` array of the anonymized codes for a method that carries them
+        (:attr:`carries_latent`, anonymize only), else None. ``carried`` (recover only): one carried code
+        (float32 ``[d]``) or None per face, passed on to :meth:`recover_faces`.
+        """
         from ..imageio import from_tensor, to_tensor
 
-        fn = {
-            "anonymize": self.anonymize_faces,
-            "recover": self.recover_faces,
-            "reconstruct": lambda x, keys, **controls: self.reconstruct_faces(x),
-        }[operation]
-        outs = []
+        outs, latents = [], []
         with torch.inference_mode():
             for s in range(0, len(crops), self.max_batch):
                 x = to_tensor(crops[s : s + self.max_batch], self.resolution).to(self.device, self.dtype)
-                y = fn(x, keys[s : s + self.max_batch], **controls)
+                k = keys[s : s + self.max_batch]
+                if operation == "anonymize" and self.carries_latent:
+                    y, z = self.anonymize_faces_carrying(x, k, **controls)
+                    latents.append(z.float().cpu().numpy())
+                elif operation == "anonymize":
+                    y = self.anonymize_faces(x, k, **controls)
+                elif operation == "recover" and self.carries_latent:
+                    y = self.recover_faces(x, k, carried=(carried or [None] * len(crops))[s : s + self.max_batch], **controls)
+                elif operation == "recover":
+                    y = self.recover_faces(x, k, **controls)
+                else:  # the controls that the reconstruction takes (e.g. the demo tier's refine_steps)
+                    accepted = inspect.signature(self.reconstruct_faces).parameters
+                    y = self.reconstruct_faces(x, **{k: v for k, v in controls.items() if k in accepted})
                 if y.shape != x.shape:
                     raise RuntimeError(f"{self.name}.{operation}_faces returned shape {tuple(y.shape)} for {tuple(x.shape)}")
                 if not torch.isfinite(y).all():
                     raise FloatingPointError(f"{self.name} produced non-finite values")
                 outs.append(from_tensor(y.float().cpu()))
-        return np.concatenate(outs, axis=0)
+        return np.concatenate(outs, axis=0), (np.concatenate(latents) if latents else None)
 
     def _keys_for(self, operation: str, secret: Secret | None, n: int) -> list:
         # methods that ignore the key get none (and no fresh random secret is stretched for them)
         return [None] * n if (operation == "reconstruct" or not self.uses_key) else self.face_keys(secret, n)
 
-    def _process_isolated(self, operation, crops, keys, controls) -> tuple[list[np.ndarray | None], list[str | None]]:
-        """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others."""
+    def _process_isolated(self, operation, crops, keys, controls, carried=None):
+        """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others.
+        Returns (images or None per face, error or None per face, carried latent or None per face)."""
+        carried = carried if carried is not None else [None] * len(crops)
         try:
-            out = self._process_batch(operation, crops, keys, controls)
-            return list(out), [None] * len(crops)
+            out, lat = self._process_batch(operation, crops, keys, controls, carried)
+            return list(out), [None] * len(crops), (list(lat) if lat is not None else [None] * len(crops))
         except Exception as err:  # noqa: BLE001 - fail closed, report the reason
             log.warning("%s batch failed (%s); retrying faces one by one", self.name, err)
         results: list[np.ndarray | None] = []
         errors: list[str | None] = []
+        latents: list[np.ndarray | None] = []
         for i in range(len(crops)):
             try:
-                results.append(self._process_batch(operation, crops[i : i + 1], keys[i : i + 1], controls)[0])
+                out, lat = self._process_batch(operation, crops[i : i + 1], keys[i : i + 1], controls, carried[i : i + 1])
+                results.append(out[0])
+                latents.append(lat[0] if lat is not None else None)
                 errors.append(None)
             except Exception as err:  # noqa: BLE001
                 results.append(None)
+                latents.append(None)
                 errors.append(f"{type(err).__name__}: {err}")
-        return results, errors
+        return results, errors, latents
+
+    def _keys_at(self, operation: str, secret: Secret | None, indices: Sequence[int]) -> list:
+        """Keys of the faces with the given indices (a face keeps its anonymization index in its carrier)."""
+        if list(indices) == list(range(len(indices))):
+            return self._keys_for(operation, secret, len(indices))
+        return [self._keys_for(operation, secret, 1)[0] if secret is None else self.face_keys(secret, 1, start=int(i))[0] for i in indices]
 
     def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
-        from .. import imageio, pipeline
+        from .. import carrier, imageio, pipeline
 
         t0 = time.perf_counter()
         controls = self.validate_controls(controls)
         fingerprint = secret.fingerprint if secret is not None else None
+        carries = self.carries_latent and operation in ("anonymize", "recover")
+        tag = carrier.method_tag(self.name)
 
         if aligned:
             items = list(image) if isinstance(image, (list, tuple)) else [image]
             loaded = [imageio.load_image(it) for it in items]
             crops = np.stack([imageio.resize_square(rgb, self.resolution) for rgb, _ in loaded])
-            keys = self._keys_for(operation, secret, len(crops))
-            outs, errors = self._process_isolated(operation, crops, keys, controls)
+            indices, carried = list(range(len(crops))), [None] * len(crops)
+            if carries and operation == "recover":
+                for i, (rgb, _) in enumerate(loaded):
+                    found = carrier.extract_all(rgb, tag)
+                    if found:
+                        indices[i], carried[i] = found[0].index, found[0].latent
+            keys = self._keys_at(operation, secret, indices)
+            outs, errors, latents = self._process_isolated(operation, crops, keys, controls, carried)
             results = []
-            for i, ((rgb, alpha), out, err) in enumerate(zip(loaded, outs, errors)):
+            for i, ((rgb, alpha), out, err, lat) in enumerate(zip(loaded, outs, errors, latents)):
                 h, w = rgb.shape[:2]
+                flag = None
                 if out is None:
                     out_rgb = pipeline.blur_hard(rgb)
                 else:
                     out_rgb = imageio.resize_to(out, (h, w))
-                rec = FaceRecord(i, [0.0, 0.0, float(w), float(h)], 1.0, [], "processed" if err is None else "fallback_blur", err, fingerprint)
+                    if carries and operation == "anonymize":
+                        block = carrier.CarriedLatent(tag, i, np.array([0, 0, w, h], np.float32), np.zeros((5, 2), np.float32), lat)
+                        flag = carrier.embed(out_rgb, block, (w / 2, h / 2), min(w, h))
+                    elif carries:
+                        flag = carried[i] is not None
+                rec = FaceRecord(indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], "processed" if err is None else "fallback_blur", err, fingerprint, flag)
                 results.append(DeidResult(imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0, self.weights_text))
             return results if isinstance(image, (list, tuple)) else results[0]
 
         rgb, alpha = imageio.load_image(image)
         faces = pipeline.detect_faces(rgb)
+        indices: list[int] = list(range(len(faces)))
+        carried: list[np.ndarray | None] = [None] * len(faces)
+        if carries and operation == "recover":
+            faces, indices, carried = _attach_carried(faces, carrier.extract_all(rgb, tag))
         canvas = rgb.copy()
         records: list[FaceRecord] = []
         if faces:
             aligned_faces = [pipeline.align_face(rgb, f.landmarks, self.resolution) for f in faces]
             crops = np.stack([a.crop for a in aligned_faces])
-            keys = self._keys_for(operation, secret, len(faces))
-            outs, errors = self._process_isolated(operation, crops, keys, controls)
-            for i, (face, al, out, err) in enumerate(zip(faces, aligned_faces, outs, errors)):
+            keys = self._keys_at(operation, secret, indices)
+            outs, errors, latents = self._process_isolated(operation, crops, keys, controls, carried)
+            for face, al, out, err in zip(faces, aligned_faces, outs, errors):
                 if out is not None:
                     canvas = pipeline.paste_back(canvas, out, al.matrix)
                 else:
                     canvas = pipeline.blur_face(canvas, face)
+            flags: list[bool | None] = [None] * len(faces)
+            if carries and operation == "anonymize":  # after every paste, so no face covers another's block
+                taken: list = []
+                for j, (face, out, lat) in enumerate(zip(faces, outs, latents)):
+                    if out is not None and lat is not None:
+                        block = carrier.CarriedLatent(tag, indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat)
+                        flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
+            elif carries:
+                flags = [c is not None for c in carried]
+            for j, (face, err) in enumerate(zip(faces, errors)):
                 records.append(
                     FaceRecord(
-                        index=i,
+                        index=indices[j],
                         box=[float(v) for v in face.box],
                         score=float(face.score),
                         landmarks=[[float(a), float(b)] for a, b in face.landmarks],
                         status="processed" if err is None else "fallback_blur",
                         error=err,
                         key_fingerprint=fingerprint,
+                        latent_carried=flags[j],
                     )
                 )
         return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text)
+
+
+def _attach_carried(faces: list, found: list) -> tuple[list, list[int], list]:
+    """Match carrier blocks to detected faces (a block inside a detected box belongs to that face).
+
+    A matched face is aligned with the landmarks it had when it was anonymized and keyed by its
+    anonymization index; a block no detector found still gets its face recovered (fail closed the other
+    way round: a face the tool anonymized is never left anonymized for lack of a detection)."""
+    from ..pipeline import DetectedFace
+
+    out_faces, indices, carried = [], [], []
+    used = set()
+    for i, face in enumerate(faces):
+        hit = None
+        for j, c in enumerate(found):
+            cx, cy = (c.box[0] + c.box[2]) / 2, (c.box[1] + c.box[3]) / 2
+            if j not in used and face.box[0] <= cx <= face.box[2] and face.box[1] <= cy <= face.box[3]:
+                hit = j
+                break
+        if hit is None:
+            out_faces.append(face)
+            indices.append(i)
+            carried.append(None)
+        else:
+            used.add(hit)
+            c = found[hit]
+            out_faces.append(DetectedFace(c.box, c.landmarks, face.score, "carrier"))
+            indices.append(c.index)
+            carried.append(c.latent)
+    for j, c in enumerate(found):
+        if j not in used:
+            out_faces.append(DetectedFace(c.box, c.landmarks, 1.0, "carrier"))
+            indices.append(c.index)
+            carried.append(c.latent)
+    return out_faces, indices, carried
 
 
 class NeuralMethod(DeidMethod):

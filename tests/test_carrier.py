@@ -1,0 +1,123 @@
+"""The latent carrier (zoo.carrier) and recovery from the saved image through the photo pipeline."""
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from zoo import carrier
+
+
+def _block(rng, index=3, n=100):
+    return carrier.CarriedLatent(
+        carrier.method_tag("personal"), index, np.array([100, 90, 210, 230], np.float32),
+        (rng.normal(size=(5, 2)) * 10 + 150).astype(np.float32), rng.normal(size=n).astype(np.float32))
+
+
+def test_block_round_trip_and_bounds():
+    rng = np.random.default_rng(0)
+    img = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    before = img.copy()
+    c = _block(rng)
+    assert carrier.embed(img, c, (155, 160), 110)
+    changed = np.argwhere((img != before).any(-1))
+    # only the block's pixels change, each channel by at most 3
+    assert changed[:, 0].min() >= 160 - carrier.BLOCK_ROWS // 2 - 1 and changed[:, 0].max() <= 160 + carrier.BLOCK_ROWS // 2
+    assert changed[:, 1].min() >= 155 - carrier.BLOCK_WIDTH // 2 - 1 and changed[:, 1].max() <= 155 + carrier.BLOCK_WIDTH // 2
+    assert np.abs(img.astype(int) - before).max() <= 3
+    (found,) = carrier.extract_all(img)
+    assert found.index == 3 and found.tag == c.tag
+    np.testing.assert_allclose(found.latent, c.latent, atol=2e-3)  # float16
+    np.testing.assert_allclose(found.landmarks, c.landmarks)
+    assert carrier.extract_all(img, tag=carrier.method_tag("ifadit")) == []
+    # a crop moves the block: the stored geometry follows it
+    (moved,) = carrier.extract_all(img[7:, 11:].copy())
+    np.testing.assert_allclose(moved.box, c.box - np.array([11, 7, 11, 7]))
+    np.testing.assert_allclose(moved.landmarks, c.landmarks - np.array([11, 7]))
+
+
+def test_small_faces_edges_and_overlaps_carry_nothing():
+    rng = np.random.default_rng(1)
+    img = rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)
+    before = img.copy()
+    c = _block(rng)
+    assert not carrier.embed(img, c, (100, 100), carrier.MIN_FACE - 1)  # face too small
+    assert not carrier.embed(img, c, (3, 100), 100)  # block would leave the image
+    taken = []
+    assert carrier.embed(img, c, (100, 100), 100, taken)
+    assert not carrier.embed(img, c, (104, 105), 100, taken)  # would overwrite the first block
+    assert len(taken) == 1 and len(carrier.extract_all(img)) == 1
+    assert (img != before).any(-1).sum() <= carrier.BLOCK_ROWS * carrier.BLOCK_WIDTH
+
+
+def test_damaged_blocks_are_ignored():
+    rng = np.random.default_rng(2)
+    img = rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)
+    assert carrier.embed(img, _block(rng), (60, 60), 100)
+    buf = io.BytesIO()
+    Image.fromarray(img).save(buf, format="JPEG", quality=95)
+    assert carrier.extract_all(np.asarray(Image.open(buf).convert("RGB"))) == []
+    flipped = img.copy()
+    flipped[60, 60, 0] ^= 1  # one low bit inside the block: the checksum rejects it
+    assert carrier.extract_all(flipped) == []
+    assert carrier.extract_all(rng.integers(0, 256, (300, 300, 3), dtype=np.uint8)) == []
+
+
+@pytest.fixture(scope="module")
+def personal():
+    import zoo
+
+    return zoo.load("personal")
+
+
+def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
+    """Aligned crops: anonymize -> PNG bytes -> recover gives the backbone's own reconstruction (the
+    carried code inverted exactly with the right key); a wrong key gives another face; a JPEG copy
+    falls back to re-encoding and says so."""
+    from zoo.synthetic import synthetic_faces_uint8
+
+    x = synthetic_faces_uint8(3, seed=123, resolution=64)
+    anon = personal.anonymize(list(x), key="042917", aligned=True, refine_steps=0)
+    assert all(r.faces[0].latent_carried for r in anon)
+    saved = []
+    for r in anon:
+        buf = io.BytesIO()
+        r.image.save(buf, format="PNG")
+        saved.append(buf.getvalue())
+    rec = personal.recover(saved, key="042917", aligned=True, refine_steps=0)
+    wrong = personal.recover(saved, key="111111", aligned=True, refine_steps=0)
+    recon = personal.reconstruction(list(x), aligned=True, refine_steps=0)
+    assert all(r.faces[0].latent_carried for r in rec)
+    for r, w, c in zip(rec, wrong, recon):
+        d_right = np.abs(np.asarray(r, dtype=float) - np.asarray(c, dtype=float)).mean()
+        d_wrong = np.abs(np.asarray(w, dtype=float) - np.asarray(c, dtype=float)).mean()
+        assert d_right < 2.0, d_right  # uint8 levels: the same face up to float16 rounding
+        assert d_wrong > 10 * max(d_right, 1.0)
+    buf = io.BytesIO()
+    anon[0].image.save(buf, format="JPEG", quality=95)
+    jpeg_rec = personal.recover([buf.getvalue()], key="042917", aligned=True, refine_steps=0)[0]
+    assert jpeg_rec.faces[0].latent_carried is False
+
+
+def test_photo_recovery_reads_every_face_and_reports_it(personal):
+    from zoo.assets import example_images
+    from zoo.imageio import load_image
+
+    rgb, _ = load_image(example_images()["astronaut"])
+    anon = personal.anonymize(rgb, key="042917", refine_steps=0)
+    assert anon.faces and all(f.latent_carried for f in anon.faces)
+    assert "latent_carried" in anon.report()["faces"][0]
+    arr = np.asarray(anon)
+    rec = personal.recover(arr, key="042917", refine_steps=0)
+    assert [f.latent_carried for f in rec.faces] == [True] * len(anon.faces)
+    assert [f.index for f in rec.faces] == [f.index for f in anon.faces]
+    # pixels far from every face are untouched by anonymization and recovery alike
+    ys, xs = np.mgrid[: rgb.shape[0], : rgb.shape[1]]
+    far = np.ones(rgb.shape[:2], bool)
+    for f in anon.faces:
+        x0, y0, x1, y1 = f.box
+        pad = 1.5 * max(x1 - x0, y1 - y0)
+        far &= ~((xs > x0 - pad) & (xs < x1 + pad) & (ys > y0 - pad) & (ys < y1 + pad))
+    assert far.any()
+    assert (arr[far] == rgb[far]).all() and (np.asarray(rec)[far] == rgb[far]).all()
