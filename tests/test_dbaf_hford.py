@@ -358,11 +358,11 @@ def test_identity_losses_follow_each_paper():
     err = [torch.tensor([[0.0, 0.0, 1.0]]), torch.tensor([[-1.0, 0.0, 0.0]])]
     rec = torch.tensor([[0.8, 0.6, 0.0]])
     # cosines with ori: 0.6, 0, 0, -1 ; pairwise positive cosines in S_1: (a1,a2)=0.8 only
-    d = DBAF.identity_terms(None, ori, ano, rec, err)
+    d = DBAF.identity_terms(ori, ano, rec, err)
     assert float(d["dif"]) == pytest.approx(0.6)
     assert float(d["rev"]) == pytest.approx(0.2)
     assert float(d["div"]) == pytest.approx(2 * 0.8)  # ordered pairs, summed
-    h = HFORD.identity_terms(None, ori, ano, rec, err)
+    h = HFORD.identity_terms(ori, ano, rec, err)
     assert float(h["anony"]) == pytest.approx(0.6 / 4)
     assert float(h["dif"]) == pytest.approx(2 * 0.8 / 12)
     assert float(h["rev"]) == pytest.approx(0.2)

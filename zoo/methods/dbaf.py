@@ -45,9 +45,11 @@ from ._stylegan_family import (
     feature_resolutions,
 )
 from .. import losses as L
+from .latent_demo import KeyedInvolutionDemo
 
 __all__ = [
     "DBAF",
+    "DBAFDemo",
     "DBAFReconstruction",
     "convert_dbaf_cid",
     "convert_dbaf_maar",
@@ -66,13 +68,15 @@ class DBAF(StyleGANIdentityMethod):
     disentangler_name = "cid"
     retention_name = "maar"
     editor_name = "kria"
+    demo_variant: ClassVar[str] = "zoo.methods.dbaf:DBAFDemo"
     sum_over_outputs = True  # eq. 33-35 and 37-38 sum over S_2
 
     def latent_reference(self) -> torch.Tensor:
         """w_bar of eq. 15 / 36: the average latent (e4e's ``latent_avg``)."""
         return self.encoder.latent_avg[0]
 
-    def identity_terms(self, e_ori, e_ano, e_rec, e_err) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def identity_terms(e_ori, e_ano, e_rec, e_err) -> dict[str, torch.Tensor]:
         """L_id = L_dif + L_rev + L_div (eq. 32; its "L_rec" is the recovery loss L_rev of eq. 30)."""
         s1 = list(e_ano) + list(e_err)  # S_1 = {X_ano1, X_ano2, X_err1, X_err2}
         return {
@@ -80,6 +84,20 @@ class DBAF(StyleGANIdentityMethod):
             "rev": L.identity_cosine_loss(e_ori, e_rec),  # eq. (30)
             "div": L.pairwise_similarity_hinge(s1, reduction="sum"),  # eq. (31)
         }
+
+
+class DBAFDemo(KeyedInvolutionDemo):
+    """DBAF's KRIA (eq. 19-23) and its anonymization-stage identity losses (eq. 29-31) on the demo
+    backbone (:class:`~.latent_demo.KeyedInvolutionDemo`: an involution by construction; CID and MAAR have nothing
+    to act on there, A = 0).
+    Recipe and deviations: ``training/configs/dbaf_demo.yaml``."""
+
+    name = "dbaf"
+    summary = DBAF.summary
+    paper = DBAF.paper
+    component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder", "kria")
+    editor_name = "kria"
+    identity_terms = staticmethod(DBAF.identity_terms)
 
 
 class DBAFReconstruction(ReconstructionBaseline):

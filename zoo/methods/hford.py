@@ -32,9 +32,10 @@ from typing import ClassVar
 import torch
 
 from .. import losses as L
+from .latent_demo import KeyedInvolutionDemo
 from ._stylegan_family import ReconstructionBaseline, StyleGANIdentityMethod
 
-__all__ = ["HFORD", "HFORDReconstruction"]
+__all__ = ["HFORD", "HFORDDemo", "HFORDReconstruction"]
 
 
 class HFORD(StyleGANIdentityMethod):
@@ -47,13 +48,15 @@ class HFORD(StyleGANIdentityMethod):
     disentangler_name = "idm"
     retention_name = "arm"
     editor_name = "cmlp"
+    demo_variant: ClassVar[str] = "zoo.methods.hford:HFORDDemo"
     sum_over_outputs = False  # eq. 8-9, 14 apply to each generated image X*: averaged
 
     def latent_reference(self) -> None:
         """L_reg of eq. 15: offsets Delta_i = w_i - w_0 (e4e's delta regulariser)."""
         return None
 
-    def identity_terms(self, e_ori, e_ano, e_rec, e_err) -> dict[str, torch.Tensor]:
+    @staticmethod
+    def identity_terms(e_ori, e_ano, e_rec, e_err) -> dict[str, torch.Tensor]:
         """L_id = L_dif + L_anony + L_rev (eq. 13) over X = {X_anony (2), X_wr (2)} (n = 4), X_re (m = 1)."""
         x_set = list(e_ano) + list(e_err)
         return {
@@ -61,6 +64,20 @@ class HFORD(StyleGANIdentityMethod):
             "anony": sum(L.identity_similarity_hinge(e_ori, e) for e in x_set) / len(x_set),  # eq. (11)
             "rev": L.identity_cosine_loss(e_ori, e_rec),  # eq. (12)
         }
+
+
+class HFORDDemo(KeyedInvolutionDemo):
+    """HFORD's cMLP (Sec. III-B) and its anonymization-stage identity losses (eq. 10-12) on the demo
+    backbone (:class:`~.latent_demo.KeyedInvolutionDemo`: an involution by construction; IDM and ARM have nothing
+    to act on there, A = 0).
+    Recipe and deviations: ``training/configs/hford_demo.yaml``."""
+
+    name = "hford"
+    summary = HFORD.summary
+    paper = HFORD.paper
+    component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder", "cmlp")
+    editor_name = "cmlp"
+    identity_terms = staticmethod(HFORD.identity_terms)
 
 
 class HFORDReconstruction(ReconstructionBaseline):
