@@ -178,7 +178,28 @@ def bundle(
         md += [f"## Whole photos ({', '.join(ph['photos'])}; {ph['faces']} faces), dlib at the original face places\n\n| measure | value |\n|---|---|\n"
                + "\n".join(f"| {k.replace('_', ' ')} | {v['value']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}] (n={v['n']}) |" for k, v in ph.items() if isinstance(v, Mapping))]
     res.with_suffix(".md").write_text("\n\n".join(md) + "\n")
+    write_card(method_name, dest, layout, index, config)
     return index["evaluation"]
+
+
+def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index: Mapping[str, Any], config: str | None) -> Path:
+    """The checkpoint's model card (``README.md``), rendered by :mod:`hub_cards` from the evaluation."""
+    from hub_cards import render_card
+
+    training = {
+        "weights": index.get("weights_label") or "",
+        "recipe": f"training/configs/{Path(config).name}" if config else f"training/configs/{method_name}_demo.yaml",
+        "deviations from the paper": "listed, each with the measurement behind it, at the top of the recipe",
+        "evaluation command": (index.get("evaluation") or {}).get("command") or "",
+    }
+    if layout.get("photos"):
+        ph = layout["photos"]
+        training["whole photos (dlib at the original face places)"] = "; ".join(
+            f"{k.replace('_', ' ')} {v['value']:.3f} (n={v['n']})" for k, v in ph.items() if isinstance(v, Mapping) and "value" in v)
+    card = render_card(method_name, eval_json={"results": layout["results"]}, training=training)
+    out = Path(folder) / "README.md"
+    out.write_text(card)
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
