@@ -591,7 +591,9 @@ def test_demo_editor_is_its_own_inverse_only_with_the_right_key(name, tmp_path):
     assert (bad - z).norm(dim=1).min() > 0.5 * z.norm(dim=1).min()
     assert torch.nn.functional.cosine_similarity(anon, z).max() < 0.9
     # the key vector is the secret's, on every machine
-    assert torch.equal(m.key_vectors(keys[:1]), m.key_vectors([Secret(b"right key").derive(name, 0)]))
+    (p1, q1), (p2, q2) = m.key_vectors(keys[:1]), m.key_vectors([Secret(b"right key").derive(name, 0)])
+    assert torch.equal(p1, p2) and torch.equal(q1, q2)
+    assert torch.allclose(q1[0].T @ q1[0], torch.eye(q1.shape[-1]), atol=1e-5)  # orthonormal basis of S
     # a saved demo checkpoint loads back as the demo variant and edits identically
     m.save_pretrained(tmp_path / name)
     again = {"dbaf": DBAF, "hford": HFORD}[name].from_pretrained(tmp_path / name)

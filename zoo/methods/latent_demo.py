@@ -131,20 +131,25 @@ class KeyedInvolutionDemo(LatentDemoMethod):
     (``I_hat = E(I, P)``, ``I = E(I_hat, P)``, DBAF eq. 19-21, HFORD III-B), and learn the reversal with a
     recovery loss. Here E is an involution by construction::
 
-        E(I, P) = g_P^-1( -g_P(I) )        so  E(E(I, P), P) = I exactly, and E(E(I, P), P') != I
+        E(I, key) = g_P^-1( R_S g_P(I) ),   R_S = 1 - 2 Q_S Q_S^T
+        so  E(E(I, key), key) = I exactly, and E(E(I, key), key') != I
 
-    with g_P a key-conditioned coupling flow (:class:`~zoo.nn.flows.SecureIdentityFlow`) whose subnets are
-    the papers' conditional MLPs. Why: the paper's plain seven-layer MLP, trained here on CPU, did not
-    learn its own reversal (cos(E(E(z,P),P), z) = 0.35 after 1500 steps with the recovery losses alone,
-    0.06 with all losses; ``training/configs/dbaf_demo.yaml``). P = the key's N(0, I) vector (no mapping
-    network in a DCGAN). The disentangler (CID / IDM) and the attribute branch (MAAR / ARM) have nothing to
-    act on in the demo backbone (one entangled code, no feature maps to keep), so A = 0 and I = z.
+    g_P: a coupling flow (:class:`~zoo.nn.flows.SecureIdentityFlow`) conditioned on the key vector P
+    (its subnets are the papers' conditional MLPs); R_S: the reflection through a key-chosen half of the
+    latent space (Q_S: orthonormal basis of ``reflect_dim`` of the 100 dimensions, from the key). Both P
+    and S come from the key material, so a secret gives the same edit on every machine; R_S depends only
+    on the subspace, not on the basis QR returns. Why not the paper's plain MLP: trained here on CPU it
+    did not learn its own reversal (cos(E(E(z,P),P), z) = 0.35 after 1500 steps with the recovery losses
+    alone, and it ignored the key); with R = -1 instead of R_S, two keys gave nearly the same face
+    (latent cosine 0.85-0.90 after 2200 steps). See ``training/configs/dbaf_demo.yaml``. The disentangler
+    (CID / IDM) and the attribute branch (MAAR / ARM) have nothing to act on in the demo backbone (one
+    entangled code, no feature maps to keep), so A = 0 and I = z.
 
     Training (stage 2 only, the backbone is trained by ``training/inversion.py``) on latent codes z ~ N(0, I)
     with two correct keys, two wrong recovery keys and the subclass's :meth:`identity_terms` (the paper's
     equations, cosine of latent codes standing for the identity embedding), plus::
 
-        I_hat_k = E(z, P_k) (k = 1, 2),  z_rec = E(I_hat_1, P_1),  z_err_j = E(I_hat_1, P'_j) (j = 1, 2)
+        I_hat_k = E(z, key_k) (k = 1, 2),  z_rec = E(I_hat_1, key_1),  z_err_j = E(I_hat_1, key'_j) (j = 1, 2)
         + rec   = ||z_rec - z||^2                          the image reconstruction loss, on codes (~0 here)
         + prior = gaussian_prior_loss(I_hat_1, I_hat_2)    anonymized codes stay where the DCGAN draws faces
     """
@@ -176,14 +181,28 @@ class KeyedInvolutionDemo(LatentDemoMethod):
     def editor(self) -> torch.nn.Module:
         return self.components[self.editor_name]
 
-    def key_vectors(self, keys: Sequence[KeyMaterial]) -> torch.Tensor:
-        """P: one N(0, I) vector per face -> ``[N, key_dim]``."""
-        d = int(self.editor.key_dim)
-        return torch.stack([k.normal(d, context=f"{self.name}/{self.key_context}") for k in keys]).to(self.device, self.dtype)
+    @property
+    def reflect_dim(self) -> int:
+        return int(self.config.get("reflect_dim", self.components["generator"].latent_dim // 2))
 
-    def _edit(self, z: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
-        g = self.editor
-        return g.inverse(-g(z, p), p)
+    def key_vectors(self, keys: Sequence[KeyMaterial]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(P ``[N, key_dim]`` N(0, I), Q_S ``[N, 100, reflect_dim]`` orthonormal), one per face."""
+        d, k, kd = self.components["generator"].latent_dim, self.reflect_dim, int(self.editor.key_dim)
+        p = torch.stack([key.normal(kd, context=f"{self.name}/{self.key_context}") for key in keys])
+        basis = torch.stack([key.normal(d * k, context=f"{self.name}/{self.key_context}/subspace").view(d, k) for key in keys])
+        return p.to(self.device, self.dtype), torch.linalg.qr(basis.double())[0].to(self.device, self.dtype)
+
+    def _random_keys(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        d, k, kd = self.components["generator"].latent_dim, self.reflect_dim, int(self.editor.key_dim)
+        p = torch.randn(n, kd, generator=self.train_generator)
+        q = torch.linalg.qr(torch.randn(n, d, k, generator=self.train_generator))[0]
+        return p.to(self.device), q.to(self.device)
+
+    def _edit(self, z: torch.Tensor, key: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+        g, (p, q) = self.editor, key
+        u = g(z, p)
+        u = u - 2 * torch.einsum("nij,nj->ni", q, torch.einsum("nji,nj->ni", q, u))  # R_S
+        return g.inverse(u, p)
 
     def edit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
         return self._edit(z, self.key_vectors(keys))
@@ -197,18 +216,13 @@ class KeyedInvolutionDemo(LatentDemoMethod):
             raise ValueError(f"the {self.name} demo trains the anonymization stage (stage 2) only")
         return {"g": list(self.editor.parameters())}
 
-    def _randn(self, n: int, d: int | None = None) -> torch.Tensor:
-        d = d or self.components["generator"].latent_dim
-        return torch.randn(n, d, generator=self.train_generator).to(self.device)
-
     def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int):
         from .. import losses
 
         cfg = self.stage_config(stage)
         n = int(cfg.get("latent_batch", batch["image"].shape[0]))
-        kd = int(self.editor.key_dim)
-        z = self._randn(n)
-        p1, p2, w1, w2 = (self._randn(n, kd) for _ in range(4))
+        z = torch.randn(n, self.components["generator"].latent_dim, generator=self.train_generator).to(self.device)
+        p1, p2, w1, w2 = (self._random_keys(n) for _ in range(4))
         ano1, ano2 = self._edit(z, p1), self._edit(z, p2)
         rec = self._edit(ano1, p1)
         err = [self._edit(ano1, w1), self._edit(ano1, w2)]
@@ -219,8 +233,7 @@ class KeyedInvolutionDemo(LatentDemoMethod):
     def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         x = batch["image"]
         z = self.encode(x, 0)
-        kd = int(self.editor.key_dim)
-        p1, p2 = self._randn(x.shape[0], kd), self._randn(x.shape[0], kd)
+        p1, p2 = self._random_keys(x.shape[0]), self._random_keys(x.shape[0])
         z_an = self._edit(z, p1)
         return {"input": x, "reconstruction": self.decode(z), "anonymized": self.decode(z_an),
                 "recovered": self.decode(self._edit(z_an, p1)), "wrong_key": self.decode(self._edit(z_an, p2))}
