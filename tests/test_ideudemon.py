@@ -1,7 +1,9 @@
-"""IDEudemon: the Step-I dial (key-seeded, monotone in the SFace judge), the mesh backend's
-fit-then-render, the background carried over, batch independence, the shape-space command's
-reproducibility, the training losses, a checkpoint round trip through zoo.load, and the HeadNeRF
-backbone + converter on the official key layout."""
+"""IDEudemon: the Step-I dial (key-seeded, monotone in the SFace and dlib judges), the mesh backend's
+fit-then-render (geometry alone and with the texture identity), the background carried over, batch
+independence, the shape- and texture-space commands' reproducibility, expression / pose /
+illumination kept out of both identity spaces, the Step-I demo checkpoint, the training losses, a
+checkpoint round trip through zoo.load, and the HeadNeRF backbone + converter on the official key
+layout."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import torch.nn.functional as F
 
 from training.train import load_config
 from zoo.convert import ConversionError, get_converter
-from zoo.face3d import MeshHeadModel, load_shape_space
+from zoo.face3d import MeshHeadModel, load_shape_space, load_texture_space
 from zoo.face3d.landmarks import FACE_OUTLINE, MIRROR_68
 from zoo.face3d.shape_space import load_shape_space as load_space_file, main_build
 from zoo.face3d.warp import polygon_mask
@@ -22,6 +24,7 @@ from zoo.methods.ideudemon import IDEudemon, id_noise
 from zoo.nn.headnerf import HeadNeRF, NeRFMLP, default_camera
 
 TINY = "training/configs/ideudemon_tiny.yaml"
+DEMO = "training/configs/ideudemon_demo.yaml"
 
 
 def _psnr(a: np.ndarray, b: np.ndarray, keep: np.ndarray) -> float:
@@ -68,7 +71,7 @@ def test_perturbation_is_eq3_with_clipping_and_key_noise():
 
 
 def test_zero_scale_fit_then_render_reproduces_the_input(faces128):
-    head = MeshHeadModel()
+    head = MeshHeadModel(texture=None)  # geometry alone: the input's own texture, warped
     z, app, cam = head.fit(faces128[:4])
     assert z.shape == (4, 100) and z.abs().max().item() <= 1.0
     rec, mask = head.render(z, app, cam)
@@ -95,17 +98,105 @@ def test_identity_distance_grows_with_scale(faces128, sface_judge):
     faces = faces128[:4]
     head = MeshHeadModel()
     z, app, cam = head.fit(faces)
+    assert z.shape == (4, 200)  # 100 shape + 100 texture components
     ref = embed(faces)
     means = []
     for scale in (0.05, 0.2, 0.4):
         d = []
         for k in range(2):
-            y, _ = head.render((z + scale * id_noise(_keys(f"dial{k}", 4), 100)).clamp(-1, 1), app, cam)
+            y, _ = head.render((z + scale * id_noise(_keys(f"dial{k}", 4), z.shape[1])).clamp(-1, 1), app, cam)
             d.append(sface_judge.distance(ref, embed(from_tensor(y))))
         means.append(float(np.mean(d)))
     print("SFace distance at scales 0.05/0.2/0.4:", [round(m, 4) for m in means])
     assert means[0] < means[1] < means[2], means
-    assert means[2] > means[0] + 0.04, means
+    assert means[2] > means[0] + 0.1, means  # geometry alone moved SFace by ~0.1 over the whole dial; texture does more
+
+
+def test_texture_identity_replaces_the_face_and_keeps_expression_and_illumination(faces128):
+    ts = load_texture_space()
+    assert ts.id_dim == 100 and ts.exp_dim == 8 and ts.size == 64
+    # learned basis: orthonormal, orthogonal to the expression/pose texture directions (fp16 storage)
+    assert np.allclose(ts.id_basis.T @ ts.id_basis, np.eye(100), atol=2e-3)
+    assert np.abs(ts.exp_basis.T @ ts.id_basis).max() < 2e-3
+    g = np.random.default_rng(0)
+    z, e = g.uniform(-0.6, 0.6, 100), g.normal(0, 0.3, ts.exp_dim)
+    il = np.array([[0.1, -0.2, 0.0], [0.05, 0.0, 0.02], [-0.03, 0.01, 0.0]])
+    tex = ts.decode(z, e, il)
+    z2, e2, il2, _ = ts.encode(tex)
+    assert np.allclose(z2, z, atol=2e-2) and np.allclose(e2, e, atol=2e-2) and np.allclose(il2, il, atol=2e-3)
+    # an identity change leaves the expression coefficients and the illumination plane where they were
+    z3, e3, il3, _ = ts.encode(ts.decode(np.clip(z + 0.5 * g.normal(size=100), -1, 1), e, il))
+    assert np.abs(e3 - e).max() < 2e-2 and np.abs(il3 - il).max() < 2e-3
+    # on faces: the rendered face is the decoded texture, and the keyed noise really changes it
+    head = MeshHeadModel()
+    z, app, cam = head.fit(faces128[:4])
+    inside = head.source_mask(app, cam)[:, 0].numpy() > 0.9
+    x0, _ = head.render(z, app, cam)
+    x1, _ = head.render((z + 0.4 * id_noise(_keys("tex", 4), z.shape[1])).clamp(-1, 1), app, cam)
+    geo_only = z.clone()
+    geo_only[:, 100:] = (z[:, 100:] + 0.4 * id_noise(_keys("tex", 4), 200)[:, 100:]).clamp(-1, 1)
+    x2, _ = head.render(geo_only, app, cam)  # texture noise alone, same geometry
+    u0, u1, u2 = from_tensor(x0), from_tensor(x1), from_tensor(x2)
+    vals = [(_psnr(f, a, m), _psnr(a, b, m), _psnr(a, c, m)) for f, a, b, c, m in zip(faces128[:4], u0, u1, u2, inside)]
+    print("face PSNR input/fit, fit/perturbed, fit/texture-perturbed:", np.round(vals, 1).tolist())
+    for p_fit, p_all, p_tex in vals:
+        assert p_fit > 16.0  # fit-then-render: the projection of the face, not a random face
+        assert p_all < 30.0 and p_tex < 30.0  # the texture part of the code alone visibly changes the face
+
+
+def test_texture_space_command_is_reproducible_from_a_seed(tmp_path):
+    from zoo.face3d.texture_space import main_build as build_texture
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    for out in (a, b):
+        build_texture(["--n", "16", "--seed", "5", "--components", "6", "--size", "32", "--out", str(out), "--quiet"])
+    sa, sb = load_texture_space(a), load_texture_space(b)
+    for name in ("mask", "mean", "id_basis", "id_scale", "exp_basis"):
+        np.testing.assert_array_equal(getattr(sa, name), getattr(sb, name), err_msg=name)
+    assert sa.id_dim == 6 and sa.size == 32 and sa.meta["seed"] == 5
+    shipped = pytest.importorskip("pathlib").Path(__file__).resolve().parents[1] / "zoo/face3d/data/mesh_texture_space.safetensors"
+    assert shipped.stat().st_size < 3_000_000  # float16 bases: small enough to ship
+
+
+@pytest.fixture(scope="module")
+def demo_method():
+    from pathlib import Path
+
+    return IDEudemon.from_config(load_config(Path(__file__).resolve().parents[1] / DEMO)).to("cpu")
+
+
+def test_step_one_demo_changes_identity_keeps_pose_and_background(demo_method, dlib_judge, tmp_path):
+    from zoo.face3d.shape_space import nuisance_measures, procrustes_align
+    from zoo.methods.ideudemon import IDEudemonStepOne
+    from zoo.synthetic import synthetic_faces_uint8
+
+    import zoo
+
+    assert isinstance(demo_method, IDEudemonStepOne) and demo_method.components == {}
+    demo_method.save_pretrained(tmp_path / "m")
+    m = zoo.load("ideudemon", local_dir=str(tmp_path / "m"), device="cpu")
+    assert isinstance(m, IDEudemonStepOne) and m.head_model.id_dim == 200
+    assert float(m.noise_gain[0]) == demo_method.config["step1"]["shape_gain"] and float(m.noise_gain[-1]) == demo_method.config["step1"]["texture_gain"]
+    faces = synthetic_faces_uint8(4, seed=1, resolution=128, offset=10**9)
+    x = to_tensor(faces)
+    e0 = dlib_judge.embed_aligned(faces)
+    dist = {}
+    with torch.no_grad():
+        for scale in (0.05, 0.4):
+            s1 = m.step_one(x, _keys("demo", 4), scale)
+            y = m.anonymize_faces(x, _keys("demo", 4), scale=scale)
+            outside = (s1["head"] == 0).expand_as(x)
+            assert outside.float().mean().item() > 0.05 and torch.equal(y[outside], x[outside])  # pixel-exact outside the blend mask
+            out = from_tensor(y)
+            dist[scale] = dlib_judge.distance(e0, dlib_judge.embed_aligned(out))
+            if scale == 0.4:  # pose / expression proxies of the coded geometry stay the input's (pose error: benchmarks/results)
+                src = s1["landmarks"]
+                dst = m.head_model.target_vertices(s1["z_id_p"], s1["app"], s1["cam"])[:, :68]
+                moved = nuisance_measures(procrustes_align(dst)[0]) - nuisance_measures(procrustes_align(src)[0])
+                assert np.abs(moved[:, 6:]).max() < 0.05, moved  # yaw and pitch proxies (fractions of the face width / height)
+    print("dlib distance at 0.05 / 0.40:", dist[0.05].round(3), dist[0.4].round(3))
+    assert dist[0.4].mean() > dist[0.05].mean() + 0.08  # de-identification rises with the dial
+    assert dist[0.4].mean() > 0.6  # at the top of the dial dlib no longer matches on average
 
 
 # ------------------------------------------------------------------ the method

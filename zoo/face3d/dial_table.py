@@ -2,6 +2,7 @@
 
     python -m zoo.face3d.dial_table --n 64 --out benchmarks/results/ideudemon_dial.md
     python -m zoo.face3d.dial_table --n 64 --restorer outputs/ideudemon/stage1/model --out ...   # Step I + II
+    python -m zoo.face3d.dial_table --n 64 --restorer zoo/weights/ideudemon --out benchmarks/results/ideudemon_dial.md  # the shipped demo
 
 For ``n`` held-out synthetic faces (``zoo.synthetic``, ``--seed``, default 1: not the set the
 shape space was learned from) at ``--resolution`` px, ``--keys`` keys per face and every noise scale
@@ -17,8 +18,10 @@ in ``--scales`` (default 0.05, 0.10, ..., 0.40), it measures:
 * at scale 0: the fit-then-render reconstruction error of the mesh backend (PSNR over the face
   region and over the crop, landmark error of the shape model in % of the inter-ocular distance).
 
-Without ``--restorer`` the output is **Step I alone** (fit, perturb, render, visual similarity
-assistance; no restorer); with it, the full method loaded from that checkpoint folder.
+Without ``--restorer`` the output is **Step I alone** with the shipped mesh model (shape + texture
+identity, noise gain 1; fit, perturb, render, visual similarity assistance; no restorer); with it, the
+method loaded from that checkpoint folder (its own gains; for the Step-I demo checkpoint
+``zoo/weights/ideudemon``, which has no restorer, Step I + blend-back).
 """
 
 from __future__ import annotations
@@ -169,7 +172,9 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
             print(f"[dial] scale {s:.2f}: sface {r['sface_dist']:.3f} dlib {r['dlib_dist']:.3f} pose {r['pose_err_deg']:.2f} deg "
                   f"non-face PSNR {r['nonface_psnr']:.1f} dB ({time.time() - t0:.0f} s)", flush=True)
     return {
-        "n": n, "seed": seed, "keys": keys, "resolution": resolution, "mode": "step I + II (restorer)" if method else "step I alone (mesh backend, no restorer)",
+        "n": n, "seed": seed, "keys": keys, "resolution": resolution,
+        "mode": ("step I + II (restorer)" if "restorer" in method.components else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}")
+        if method else "step I alone (mesh backend with texture identity, gain 1, no restorer)",
         "restorer": restorer, "shape_space": dict(head.space.meta), "reconstruction": recon, "rows": rows,
         "detected_inputs": int(sum(r["detected"] for r in ref)), "seconds": round(time.time() - t0, 1),
         "sface_threshold_dist": judges.sface.distance_threshold, "dlib_threshold": judges.dlib.distance_threshold,

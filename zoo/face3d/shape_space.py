@@ -49,6 +49,8 @@ __all__ = [
     "load_shape_space",
     "build_shape_space",
     "collect_synthetic_landmarks",
+    "iter_synthetic_landmarks",
+    "inlier_mask",
     "collect_photo_landmarks",
     "procrustes_align",
     "nuisance_measures",
@@ -260,23 +262,29 @@ def load_shape_space(path: str | Path | None = None) -> ShapeSpace:
 
 
 # ----------------------------------------------------------------------------------------- building
-def collect_synthetic_landmarks(n: int, seed: int, resolution: int = 256, chunk: int = 128, progress: bool = False) -> np.ndarray:
-    """68 landmarks of ``n`` synthetic faces (``zoo.synthetic``, set ``seed``): ``[M, 68, 2]`` (M <= n:
-    faces whose landmarks fail are skipped)."""
+def iter_synthetic_landmarks(n: int, seed: int, resolution: int = 256, chunk: int = 128, progress: bool = False):
+    """Yield ``(index, image uint8 [R, R, 3], landmarks [68, 2])`` for the first ``n`` synthetic faces
+    of set ``seed`` (``zoo.synthetic``) whose 68 landmarks are found (the others are skipped)."""
     from zoo.synthetic import synthetic_faces_uint8
 
     from .landmarks import LandmarkError, detect_landmarks68
 
-    out = []
     for start in range(0, n, chunk):
         faces = synthetic_faces_uint8(min(chunk, n - start), seed=seed, resolution=resolution, offset=start)
-        for f in faces:
+        for i, f in enumerate(faces):
             try:
-                out.append(detect_landmarks68(f))
+                lm = detect_landmarks68(f)
             except LandmarkError:
                 continue
+            yield start + i, f, lm
         if progress:
-            print(f"[shape-space] landmarks of {min(start + chunk, n)}/{n} synthetic faces", flush=True)
+            print(f"[face3d] landmarks of {min(start + chunk, n)}/{n} synthetic faces", flush=True)
+
+
+def collect_synthetic_landmarks(n: int, seed: int, resolution: int = 256, chunk: int = 128, progress: bool = False) -> np.ndarray:
+    """68 landmarks of ``n`` synthetic faces (``zoo.synthetic``, set ``seed``): ``[M, 68, 2]`` (M <= n:
+    faces whose landmarks fail are skipped)."""
+    out = [lm for _, _, lm in iter_synthetic_landmarks(n, seed, resolution, chunk, progress)]
     return np.stack(out) if out else np.zeros((0, N_LANDMARKS, 2))
 
 
@@ -309,12 +317,17 @@ def collect_photo_landmarks(size: int = 256) -> np.ndarray:
     return np.stack(out) if out else np.zeros((0, N_LANDMARKS, 2))
 
 
-def _drop_outliers(shapes: np.ndarray, k: float = 4.0) -> np.ndarray:
+def inlier_mask(shapes: np.ndarray, k: float = 4.0) -> np.ndarray:
+    """bool ``[N]``: shapes whose Procrustes residual is at most median + ``k`` MAD (failed fits are out)."""
     aligned, mean = procrustes_align(shapes, iterations=5)
     res = np.sqrt(((aligned - mean) ** 2).sum((1, 2)))
     med = np.median(res)
     mad = np.median(np.abs(res - med)) + 1e-12
-    return shapes[res <= med + k * mad]
+    return res <= med + k * mad
+
+
+def _drop_outliers(shapes: np.ndarray, k: float = 4.0) -> np.ndarray:
+    return shapes[inlier_mask(shapes, k)]
 
 
 def _ring(mean: np.ndarray) -> np.ndarray:

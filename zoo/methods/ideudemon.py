@@ -55,7 +55,7 @@ from .. import losses
 from ..keys import KeyMaterial
 from .base import Control, NeuralMethod
 
-__all__ = ["IDEudemon", "NOISE_CONTEXT", "id_noise", "hybrid_image", "STYLING_CLASSES", "FACE_CLASSES"]
+__all__ = ["IDEudemon", "IDEudemonStepOne", "STEP_ONE_LABEL", "NOISE_CONTEXT", "id_noise", "hybrid_image", "STYLING_CLASSES", "FACE_CLASSES"]
 
 NOISE_CONTEXT = "ideudemon/id-noise"
 #: parser classes of the styling mask (kept from X) and of the face region (taken from X_p)
@@ -115,15 +115,33 @@ class IDEudemon(NeuralMethod):
         super().__init__(config, components, extra)
         backend = str(self.config.get("backend", "mesh"))
         step1 = dict(self.config.get("step1", {}) or {})
+        self.noise_gain: torch.Tensor | None = None  # [id_dim] per-component gain on the key noise (mesh backend)
+        self.texture_noise = "add"
+        self.texture_max_angle = 1.5
         if backend == "mesh":
-            from ..face3d import MeshHeadModel, ShapeSpace, load_shape_space
+            from ..face3d import MeshHeadModel, ShapeSpace, TextureSpace, load_shape_space, load_texture_space
 
             if "shape_space.mean" in self.extra:
                 space = ShapeSpace.from_tensors(self.extra, "shape_space.")
             else:
                 space = load_shape_space(self.config.get("shape_space"))
                 self.extra.update(space.tensors("shape_space."))
-            self.head_model = MeshHeadModel(space, feather=float(step1.get("feather", 0.01)), work_size=int(step1.get("work_size", 256)))
+            texture = None
+            if bool(step1.get("texture", True)):  # appearance is part of the identity unless a config turns it off
+                if TextureSpace.has_tensors(self.extra, "texture_space."):
+                    texture = TextureSpace.from_tensors(self.extra, "texture_space.")
+                else:
+                    texture = load_texture_space(self.config.get("texture_space"))
+                    self.extra.update(texture.tensors("texture_space."))
+            self.head_model = MeshHeadModel(space, feather=float(step1.get("feather", 0.01)), work_size=int(step1.get("work_size", 256)),
+                                            texture=texture)
+            gain = torch.full((self.head_model.id_dim,), float(step1.get("shape_gain", 1.0)))
+            gain[self.head_model.shape_dim :] = float(step1.get("texture_gain", 1.0))
+            self.noise_gain = gain
+            self.texture_noise = str(step1.get("texture_noise", "add"))
+            self.texture_max_angle = float(step1.get("texture_max_angle", 1.5))  # in units of pi/2
+            if self.texture_noise not in ("add", "mix"):
+                raise ValueError(f"step1.texture_noise must be 'add' or 'mix', not {self.texture_noise!r}")
         elif backend == "headnerf":
             from ..face3d.headnerf import HeadNeRFHeadModel
 
@@ -162,6 +180,33 @@ class IDEudemon(NeuralMethod):
         """eq. 3 with the truncation of Sec. 4.1: ``clip(z_id + scale * noise, -1, 1)``."""
         return (z_id + float(scale) * noise.to(z_id)).clamp(-1.0, 1.0)
 
+    def perturb_code(self, z_id: torch.Tensor, noise: torch.Tensor, scale: float) -> torch.Tensor:
+        """eq. 3 on this backend's ID code (``noise`` standard normal ``[N, id_dim]``).
+
+        HeadNeRF, or a mesh model without gains: :meth:`perturb`. Mesh backend: the shape part is eq. 3
+        with its noise times ``step1.shape_gain``; the texture part (``step1.texture_noise``) is either
+        eq. 3 times ``texture_gain`` (``add``) or a rotation in the plane of the input's code and a keyed
+        random texture (``mix``)::
+
+            z' = clip(cos(t) z + sin(t) n / 3, -1, 1),   t = min(texture_max_angle, texture_gain * scale) * pi / 2
+
+        ``n / 3`` is one standard deviation per component in the code's 3-sigma units, i.e. a keyed
+        random texture: ``t = 1`` (in units of pi/2) replaces the input's texture by it (a plausible
+        face, where additive noise that large saturates the clipped code); ``t > 1`` also moves away
+        from the input (``cos(t) < 0``), still keyed while ``t < 2``.
+        """
+        if self.noise_gain is None:
+            return self.perturb(z_id, noise, scale)
+        noise = noise.to(z_id)
+        gain = self.noise_gain.to(z_id)
+        k = getattr(self.head_model, "shape_dim", z_id.shape[1])
+        if self.texture_noise == "add" or k == z_id.shape[1]:
+            return self.perturb(z_id, noise * gain, scale)
+        shape = self.perturb(z_id[:, :k], noise[:, :k] * gain[:k], scale)
+        t = min(self.texture_max_angle, float(gain[k]) * float(scale)) * np.pi / 2
+        tex = (float(np.cos(t)) * z_id[:, k:] + float(np.sin(t)) * noise[:, k:] / 3.0).clamp(-1.0, 1.0)
+        return torch.cat([shape, tex], 1)
+
     def step_one(self, x: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, scale: float = 0.25,
                  noise: torch.Tensor | None = None) -> dict[str, Any]:
         """Step I + visual similarity assistance (no restorer).
@@ -177,7 +222,7 @@ class IDEudemon(NeuralMethod):
             if len(keys) != x.shape[0]:
                 raise ValueError(f"need one key per face: {len(keys)} keys for {x.shape[0]} faces")
             noise = id_noise(keys, z_id.shape[1])
-        z_p = self.perturb(z_id, noise, scale)
+        z_p = self.perturb_code(z_id, noise, scale)
         x_p, face_p = self.head_model.render(z_p, app, cam)  # eq. 4
         face_x = self.head_model.source_mask(app, cam) if hasattr(self.head_model, "source_mask") else self.head_model.face_mask(z_id, app, cam)
         x_l, masks = self.visual_similarity_assistance(x, x_p.to(x), face_x.to(x), face_p.to(x))
@@ -204,7 +249,10 @@ class IDEudemon(NeuralMethod):
     # ------------------------------------------------------------------ Step II
     def restore(self, x_l: torch.Tensor, noise: list[torch.Tensor] | None = None) -> torch.Tensor:
         """G(X_l) -> X': the GFPGAN-style restorer; its fixed noise buffers (deterministic) unless ``noise``
-        (one ``[N, 1, r, r]`` map per style conv, e.g. :meth:`_train_noise`) is given."""
+        (one ``[N, 1, r, r]`` map per style conv, e.g. :meth:`_train_noise`) is given. Without a restorer
+        (:class:`IDEudemonStepOne`) X_l itself."""
+        if "restorer" not in self.components:
+            return x_l
         return self.restorer(x_l, return_rgb=False, randomize_noise=False, noise=noise)[0]
 
     def blend(self, y: torch.Tensor, x: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
@@ -260,7 +308,15 @@ class IDEudemon(NeuralMethod):
         return comps
 
     @classmethod
+    def variant_for(cls, config: dict[str, Any]) -> type:
+        """:class:`IDEudemonStepOne` for a config with ``step2: {restorer: false}``, else the full method."""
+        return IDEudemonStepOne if not _has_restorer(config) else cls
+
+    @classmethod
     def from_config(cls, config: dict[str, Any]) -> "IDEudemon":
+        target = cls.variant_for(config)
+        if target is not cls:
+            return target.from_config(config)
         method = cls(dict(config), cls.build_components(config))
         method._load_aux()
         return method
@@ -428,3 +484,39 @@ class IDEudemon(NeuralMethod):
             "hybrid_0.25": s1["x_l"].clamp(-1, 1),
             "anonymized_0.25": self.blend(self.restore(s1["x_l"]), x, s1["head"]).clamp(-1, 1),
         }
+
+
+def _has_restorer(config: dict[str, Any]) -> bool:
+    return bool((config.get("step2", {}) or {}).get("restorer", True))
+
+
+STEP_ONE_LABEL = ("demo: Step I only (offline mesh backend: shape + texture spaces learned here from synthetic faces), "
+                  "no trained restorer; not the paper's HeadNeRF / GFPGAN weights")
+
+
+class IDEudemonStepOne(IDEudemon):
+    """IDEudemon without Step II's restorer (config ``step2: {restorer: false}``): Step I (fit, keyed
+    noise on the shape + texture identity code, re-render), visual similarity assistance and the
+    blend-back. The checkpoint holds no network, only the config and the shape / texture spaces, so it
+    runs offline on any CPU; the face is the parametric re-render (low detail), not a restored photo."""
+
+    component_names: ClassVar[tuple[str, ...]] = ()
+    demo: ClassVar[bool] = True
+    weights_label: ClassVar[str] = STEP_ONE_LABEL
+
+    @classmethod
+    def build_components(cls, config: dict[str, Any]) -> dict[str, nn.Module]:
+        comps: dict[str, nn.Module] = {}
+        if config.get("face_parser"):
+            from ..hub import resolve_checkpoint
+            from ..nn.bisenet import BiSeNet
+
+            comps["face_parser"] = BiSeNet.from_pretrained(str(resolve_checkpoint(config["face_parser"]))).eval().requires_grad_(False)
+        return comps
+
+    @classmethod
+    def from_config(cls, config: dict[str, Any]) -> "IDEudemonStepOne":
+        return cls(dict(config), cls.build_components(config))
+
+    def trainable_parameters(self, stage: int):
+        raise ValueError("this IDEudemon checkpoint has no restorer to train (config step2.restorer is false)")
