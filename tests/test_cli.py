@@ -94,6 +94,8 @@ def test_globs_controls_and_usage_errors(photos, tmp_path, capsys):
     assert "--method" in capsys.readouterr().err
     assert main(["anonymize", str(photos), "-m", "blur", "--detector", "nope", "--out", str(tmp_path / "o")]) == 2
     assert "unknown face detector" in capsys.readouterr().err
+    assert main(["anonymize", str(photos), "-m", "blur", "--min-face-score", "1.5", "--out", str(tmp_path / "o")]) == 2
+    assert "--min-face-score must be between 0 and 1" in capsys.readouterr().err
     # a control out of range fails every image, with the reason
     assert main(["anonymize", str(photos / "group.jpg"), "-m", "blur", "-c", "strength=3", "-q", "--out", str(tmp_path / "o")]) == 1
     assert "above its maximum" in capsys.readouterr().err
@@ -118,6 +120,12 @@ def test_aligned_crops_and_detector_choice(tmp_path, t1_rgb, t1_faces, capsys):
     assert report["aligned_input"] is True and report["faces_found"] == 1 and report["detector"] is None
     assert main(["anonymize", str(folder / "face1.png"), "-m", "blur", "--detector", "yunet", "--out", str(out), "-q"]) == 0
     assert json.loads((out / "face1__blur.json").read_text())["detector"] == "yunet"
+    # a lower detector threshold finds at least the faces the default finds, each with its score
+    full = tmp_path / "full.png"
+    Image.fromarray(t1_rgb).save(full)
+    assert main(["anonymize", str(full), "-m", "blur", "--min-face-score", "0.3", "--out", str(out), "-q"]) == 0
+    low = json.loads((out / "full__blur.json").read_text())
+    assert low["faces_found"] >= len(t1_faces) and all(f["score"] >= 0.3 for f in low["faces"])
 
 
 def test_list_and_info(capsys):

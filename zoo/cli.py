@@ -176,6 +176,10 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         imageio.MAX_PIXELS = int(args.max_megapixels * 1e6)
     methods = parse_methods(args.method)
     controls = parse_controls(args.control)
+    if args.min_face_score is not None:
+        if not 0.0 < args.min_face_score < 1.0:
+            raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
+        controls["min_face_score"] = args.min_face_score
     key, key_source = read_key(args)
     if operation == "recover" and key is None:
         raise CLIError("recover needs the key used to anonymize: --key, --key-file or ZOO_KEY")
@@ -313,6 +317,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--out", "-o", default="zoo_out", help="output folder (default: zoo_out)")
         s.add_argument("--aligned", action="store_true", help="inputs are already aligned square face crops")
         s.add_argument("--detector", help="face detector: auto, yunet, retinaface, insightface (default: $ZOO_DETECTOR or auto)")
+        s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1); lower finds more faces (default: the detector's own, YuNet 0.6)")
         s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control, e.g. strength=0.8 (repeatable)")
         s.add_argument("--device", help="torch device (default: cuda when available)")
         s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")

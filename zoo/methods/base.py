@@ -16,7 +16,10 @@ Public API (images are PIL images or uint8 HxWx3 arrays)::
     m.recover(image, key, **controls) -> DeidResult          # if m.reversible
     m.diversity(image, keys, **controls) -> list[DeidResult]
 
-Pass ``aligned=True`` to give already aligned square crops (one image or a list) instead of photos.
+Pass ``aligned=True`` to give already aligned square crops (one image or a list) instead of photos,
+and ``min_face_score=0.3`` (any of the calls) to lower the face detector's threshold (default: the
+detector's own, e.g. YuNet 0.6): more faces found, more false alarms anonymized too. Every face found is
+in the report with its detector score and what was done to it.
 """
 
 from __future__ import annotations
@@ -322,6 +325,10 @@ class DeidMethod:
         from .. import carrier, imageio, pipeline
 
         t0 = time.perf_counter()
+        controls = dict(controls)
+        min_score = controls.pop("min_face_score", None)  # detector threshold (photos), not a method control
+        if min_score is not None and not 0.0 < float(min_score) < 1.0:
+            raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
         controls = self.validate_controls(controls)
         fingerprint = secret.fingerprint if secret is not None else None
         carries = self.carries_latent and operation in ("anonymize", "recover")
@@ -357,7 +364,7 @@ class DeidMethod:
             return results if isinstance(image, (list, tuple)) else results[0]
 
         rgb, alpha = imageio.load_image(image)
-        faces = pipeline.detect_faces(rgb)
+        faces = pipeline.detect_faces(rgb, min_score=None if min_score is None else float(min_score))
         indices: list[int] = list(range(len(faces)))
         carried: list[np.ndarray | None] = [None] * len(faces)
         if carries and operation == "recover":
