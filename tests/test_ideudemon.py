@@ -70,6 +70,22 @@ def test_perturbation_is_eq3_with_clipping_and_key_noise():
     assert zp.max().item() == 1.0 and (zp == 1.0).any()
 
 
+def test_mesh_noise_is_eq3_on_shape_and_a_keyed_rotation_on_texture(demo_method):
+    m = demo_method
+    step1 = m.config["step1"]
+    z = torch.rand(2, 200) * 1.2 - 0.6
+    n = id_noise(_keys("rot", 2), 200)
+    for scale in (0.05, 0.25, 0.4):
+        zp = m.perturb_code(z, n, scale)
+        assert torch.allclose(zp[:, :100], (z[:, :100] + scale * step1["shape_gain"] * n[:, :100]).clamp(-1, 1))
+        t = min(step1["texture_max_angle"], step1["texture_gain"] * scale) * np.pi / 2
+        assert torch.allclose(zp[:, 100:], (np.cos(t) * z[:, 100:] + np.sin(t) * n[:, 100:] / 3).clamp(-1, 1), atol=1e-6)
+    assert torch.allclose(m.perturb_code(z, n, 0.0), z)  # zero scale: the fitted code itself
+    # the texture part moves monotonically away from the input's code as the dial rises
+    cos = [F.cosine_similarity(m.perturb_code(z, n, s)[:, 100:], z[:, 100:]).mean().item() for s in (0.05, 0.15, 0.25)]
+    assert cos[0] > cos[1] > cos[2] and cos[2] < 0
+
+
 def test_zero_scale_fit_then_render_reproduces_the_input(faces128):
     head = MeshHeadModel(texture=None)  # geometry alone: the input's own texture, warped
     z, app, cam = head.fit(faces128[:4])
