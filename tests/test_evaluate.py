@@ -157,6 +157,38 @@ def test_utility_and_robustness_for_identity(faces):
     assert u["box_distance"]["value"] == 0.0 and u["detection_rate"]["value"] == 1.0
 
 
+def test_head_pose_angle_order_and_signs():
+    """The one head-pose estimate (zoo.face3d.landmarks.head_pose, used by the evaluator's pose_error):
+    (yaw, pitch, roll) in degrees, recovered from landmarks projected at a known pose."""
+    import cv2
+
+    from zoo.face3d.landmarks import _POSE_IDX, _POSE_MODEL, head_pose
+
+    size = 256
+    cam = np.array([[size, 0, size / 2], [0, size, size / 2], [0, 0, 1]], dtype=np.float64)
+
+    def rot(axis: int, deg: float) -> np.ndarray:  # right-handed rotation about x (0), y (1) or z (2)
+        c, s = math.cos(math.radians(deg)), math.sin(math.radians(deg))
+        i, j = {0: (1, 2), 1: (2, 0), 2: (0, 1)}[axis]
+        r = np.eye(3)
+        r[i, i], r[i, j], r[j, i], r[j, j] = c, -s, s, c
+        return r
+
+    lms = []
+    for yaw, pitch, roll in ((0, 0, 0), (20, 0, 0), (0, 15, 0), (0, 0, -10), (25, -12, 8)):
+        r = rot(2, roll) @ rot(1, yaw) @ rot(0, pitch)
+        pts, _ = cv2.projectPoints(_POSE_MODEL, cv2.Rodrigues(r)[0], np.array([0.0, 0.0, 1500.0]), cam, np.zeros(4))
+        lm = np.zeros((68, 2))
+        lm[list(_POSE_IDX)] = pts[:, 0]
+        lms.append(lm)
+        assert head_pose(lm, (size, size)) == pytest.approx([yaw, pitch, roll], abs=0.5)
+    # batched: [N, 68, 2] -> [N, 3]
+    assert head_pose(np.stack(lms), (size, size)).shape == (5, 3)
+    # yaw > 0 turns the face towards the image's left: the nose moves left of the eyes' midpoint
+    nose, eyes = lms[1][30, 0], lms[1][[36, 45], 0].mean()
+    assert nose < eyes - 5
+
+
 def test_cli_writes_json_and_markdown_that_hub_cards_read(tmp_path):
     out = tmp_path / "eval"
     main(["--method", "blur", "--data", "synthetic:3", "--size", "128", "--judges", "sface", "--n-keys", "1",

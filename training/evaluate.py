@@ -26,8 +26,8 @@ What is measured (per judge where identity is involved; every rate with its N an
   with the reason, never guessed).
 * **Utility**: face detection rate on the anonymized image (Cao eq. 21), box and 5-landmark distance
   to the detection on the original (pixels); dlib 68-point landmark distance (all, eyes, nose,
-  mouth; Cao's "pixel-dis"); head-pose error (degrees, L2 of the (pitch, yaw, roll) difference from
-  ``cv2.solvePnP`` on six landmarks) and expression error (68-landmark distance after similarity
+  mouth; Cao's "pixel-dis"); head-pose error (degrees, L2 of the (yaw, pitch, roll) difference from
+  :func:`zoo.face3d.landmarks.head_pose`, ``cv2.solvePnP`` on six landmarks) and expression error (68-landmark distance after similarity
   alignment, per inter-ocular distance). Pose and expression are landmark proxies for IDEudemon's
   3D-model POSE / EXP, which need networks not available offline.
 * **Diversity** over K keys: mean pairwise identity cosine between the K anonymized versions of one
@@ -163,10 +163,6 @@ ROBUSTNESS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 
 
 # ============================================================ landmarks, pose, expression
-_MODEL_3D = np.array(  # generic head model (mm): nose tip, chin, eye outer corners, mouth corners
-    [[0.0, 0.0, 0.0], [0.0, -330.0, -65.0], [-225.0, 170.0, -135.0], [225.0, 170.0, -135.0], [-150.0, -150.0, -125.0], [150.0, -150.0, -125.0]]
-)
-_POSE_IDX = [30, 8, 36, 45, 48, 54]
 _REGIONS = {"eyes": list(range(36, 48)), "nose": list(range(27, 36)), "mouth": list(range(48, 68))}
 
 
@@ -201,25 +197,6 @@ class _Landmarks68:
             shape = self._predictor(np.ascontiguousarray(c), self.box(c.shape[0]))
             out.append([[shape.part(i).x, shape.part(i).y] for i in range(68)])
         return np.asarray(out, dtype=np.float64)
-
-
-def head_pose(landmarks68: np.ndarray, size: int) -> np.ndarray:
-    """``[N,68,2]`` -> ``[N,3]`` (pitch, yaw, roll) in degrees from ``cv2.solvePnP`` on a generic head."""
-    f = float(size)
-    cam = np.array([[f, 0, size / 2], [0, f, size / 2], [0, 0, 1]], dtype=np.float64)
-    out = []
-    for lm in landmarks68:
-        ok, rvec, _ = cv2.solvePnP(_MODEL_3D, lm[_POSE_IDX].astype(np.float64), cam, np.zeros(4), flags=cv2.SOLVEPNP_ITERATIVE)
-        if not ok:
-            out.append([np.nan] * 3)
-            continue
-        rot, _ = cv2.Rodrigues(rvec)
-        angles = cv2.RQDecomp3x3(rot)[0]
-        # the generic model faces +z; wrap pitch to (-90, 90] around the frontal pose
-        pitch = (angles[0] + 180.0) % 360.0 - 180.0
-        pitch = pitch - 180.0 if pitch > 90 else (pitch + 180.0 if pitch < -90 else pitch)
-        out.append([pitch, angles[1], angles[2]])
-    return np.asarray(out, dtype=np.float64)
 
 
 def expression_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -343,8 +320,10 @@ def _landmark_block(orig: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     block = {"landmark68_distance": mean_entry(d.mean(1), "dlib 68-landmark distance, all points (Cao et al. pixel-dis)", "px")}
     for region, idx in _REGIONS.items():
         block[f"landmark68_distance_{region}"] = mean_entry(d[:, idx].mean(1), f"dlib 68-landmark distance, {region}", "px")
-    pa, pb = head_pose(a, orig.shape[1]), head_pose(b, out.shape[1])
-    block["pose_error"] = mean_entry(np.linalg.norm(pa - pb, axis=1), "head pose error: L2 of (pitch, yaw, roll) difference, solvePnP on dlib landmarks (proxy for IDEudemon POSE)", "deg")
+    from zoo.face3d.landmarks import head_pose
+
+    pa, pb = head_pose(a, orig.shape[1:3]), head_pose(b, out.shape[1:3])
+    block["pose_error"] = mean_entry(np.linalg.norm(pa - pb, axis=1), "head pose error: L2 of (yaw, pitch, roll) difference, solvePnP on dlib landmarks (proxy for IDEudemon POSE)", "deg")
     block["expression_error"] = mean_entry(expression_distance(a, b), "68-landmark distance after similarity alignment, per inter-ocular distance (proxy for IDEudemon EXP)")
     return block
 

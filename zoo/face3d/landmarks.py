@@ -9,8 +9,8 @@ landmark-based head-pose estimate.
   2 temple points, placed along the face's chin-to-eyes axis) plus a ring of anchor points around
   the face; the anchors are placed by the face's similarity transform so they move with the head,
   never with its shape. :data:`FACE_OUTLINE` is the face region's polygon over these vertices.
-* :func:`head_pose`: yaw, pitch, roll (degrees) from six landmarks with ``cv2.solvePnP`` on a generic
-  six-point 3D face model, used by the benchmark as the "pose" of a face.
+* :func:`head_pose`: (yaw, pitch, roll) in degrees from six landmarks with ``cv2.solvePnP`` on a
+  generic six-point 3D face model: the zoo's one head-pose estimate (benchmarks, evaluator).
 
 iBUG-300W index groups (image-left = the subject's right): jaw 0-16, brows 17-21 / 22-26, nose
 27-35, eyes 36-41 / 42-47, outer lips 48-59, inner lips 60-67.
@@ -184,13 +184,23 @@ _POSE_MODEL = np.array(
 
 
 def head_pose(lm68: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
-    """``[3]`` (yaw, pitch, roll) in degrees of a face from its 68 landmarks (``image_size`` = (H, W)).
+    """Head pose from 68 landmarks: ``[68, 2] -> [3]`` (or ``[N, 68, 2] -> [N, 3]``), ``image_size`` = (H, W).
 
-    ``cv2.solvePnP`` of the six-point generic model with a pinhole camera (focal = image width,
-    principal point at the centre). A frontal upright face gives about (0, 0, 0).
+    Angle order and units: **(yaw, pitch, roll) in degrees**, the Euler angles of the head's rotation
+    ``R = Rz(roll) @ Ry(yaw) @ Rx(pitch)`` in the camera frame (x right, y down, z into the scene).
+    A frontal upright face gives about (0, 0, 0); yaw > 0: the face turns towards the image's left;
+    pitch > 0: the chin comes up (the face looks up); roll > 0: the face turns clockwise in the image.
+    ``nan`` where ``solvePnP`` fails.
+
+    ``cv2.solvePnP`` (iterative) of the six-point generic model (nose tip, chin, outer eye corners,
+    mouth corners) with a pinhole camera (focal = image width, principal point at the centre). This is
+    the zoo's one head-pose estimate (the evaluator's pose error and the IDEudemon benchmarks use it).
     """
+    lm = np.asarray(lm68, dtype=np.float64)
+    if lm.ndim == 3:
+        return np.stack([head_pose(one, image_size) for one in lm]) if len(lm) else np.zeros((0, 3))
     h, w = image_size
-    pts = np.asarray(lm68, dtype=np.float64)[list(_POSE_IDX)]
+    pts = lm[list(_POSE_IDX)]
     cam = np.array([[w, 0, w / 2], [0, w, h / 2], [0, 0, 1]], dtype=np.float64)
     ok, rvec, _ = cv2.solvePnP(_POSE_MODEL, pts, cam, np.zeros(4), flags=cv2.SOLVEPNP_ITERATIVE)
     if not ok:
