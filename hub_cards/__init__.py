@@ -455,14 +455,6 @@ def write_card(method: str, out_dir: str | os.PathLike = RENDERED_DIR, **kwargs:
 
 
 # ---------------------------------------------------------------------------------------------- push
-def _hub_offline() -> bool:
-    """True when the Hub is switched off (``HF_HUB_OFFLINE`` now, or when huggingface_hub was imported)."""
-    from huggingface_hub import constants
-
-    env = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in {"1", "true", "yes", "on"}
-    return bool(constants.HF_HUB_OFFLINE) or env
-
-
 def push_to_hub(
     method: str,
     repo_id: str,
@@ -498,7 +490,9 @@ def push_to_hub(
 
     from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
-    if _hub_offline():
+    from zoo import hub as zoo_hub
+
+    if zoo_hub.hub_offline():
         raise CardError("cannot push: the Hugging Face Hub is disabled here (HF_HUB_OFFLINE=1); nothing was uploaded")
     token = token or get_token()
     if not token:

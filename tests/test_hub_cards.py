@@ -184,10 +184,26 @@ def test_push_fails_clearly_before_uploading(tmp_path, monkeypatch, capsys):
         hub_cards.push_to_hub("dbaf", "no-slash", ckpt)
     # online but without a token: still refused before any upload
     monkeypatch.setenv("HF_HUB_OFFLINE", "0")
-    monkeypatch.setattr(hub_cards, "_hub_offline", lambda: False)
+    monkeypatch.setattr("zoo.hub.hub_offline", lambda: False)
     monkeypatch.setattr("huggingface_hub.get_token", lambda: None)
     with pytest.raises(CardError, match="no Hugging Face token"):
         hub_cards.push_to_hub("dbaf", "someone/dbaf", ckpt)
+
+
+def test_one_hub_offline_rule(monkeypatch):
+    """zoo.hub.hub_offline (used by loading, train --push-to-hub and the card push): offline when
+    HF_HUB_OFFLINE is truthy now, or was when huggingface_hub was imported."""
+    from huggingface_hub import constants
+
+    from zoo.hub import hub_offline
+
+    assert not hasattr(hub_cards, "_hub_offline")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    for value, offline in (("1", True), ("true", True), (" ON ", True), ("yes", True), ("0", False), ("", False), ("off", False)):
+        monkeypatch.setenv("HF_HUB_OFFLINE", value)
+        assert hub_offline() is offline, value
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)  # set at import, unset since: huggingface_hub stays offline
+    assert hub_offline() is True
 
 
 def test_rendered_cards_are_current():

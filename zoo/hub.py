@@ -56,8 +56,14 @@ class HubModule(torch.nn.Module, PyTorchModelHubMixin):
 
 
 def hub_offline() -> bool:
-    """True when ``HF_HUB_OFFLINE`` is set to a truthy value."""
-    return os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in {"1", "true", "yes", "on"}
+    """True when the Hugging Face Hub is switched off: ``HF_HUB_OFFLINE`` is truthy (1/true/yes/on) now,
+    or was when ``huggingface_hub`` was imported (it reads the variable once, at import, and refuses to
+    download from then on either way). The zoo's one offline rule: loading, training's
+    ``--push-to-hub`` check and ``hub_cards`` push all ask it."""
+    from huggingface_hub import constants
+
+    env = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in {"1", "true", "yes", "on"}
+    return env or bool(constants.HF_HUB_OFFLINE)
 
 
 def _qualname(obj: Any) -> str:
