@@ -224,11 +224,13 @@ _JUDGES: dict[str, Any] = {}
 _JUDGE_LOCK = threading.Lock()
 
 
-class Judge:
-    """Identity similarity between the faces of two photos, by a face recognizer the methods do not use.
+class JudgeColumn:
+    """The app's identity-similarity column: a :class:`zoo.judges.Judge` (a face recognizer the methods
+    do not use) scoring the faces of two photos, with the column's label.
 
-    Wraps a ``zoo.judges`` judge and reports its own metric (cosine for SFace, Euclidean distance for
-    dlib) with its published threshold; faces are measured at the positions found in the original.
+    Reports the judge's own metric (cosine for SFace, Euclidean distance for dlib) with its published
+    threshold; faces are measured at the positions found in the original. A missing embedding or
+    score is ``None``, never an error.
     """
 
     def __init__(self, name: str):
@@ -252,9 +254,7 @@ class Judge:
         return float(self.model.score(a, b)[0])
 
     def same(self, value: float | None) -> bool | None:
-        if value is None:
-            return None
-        return value >= self.threshold if self.higher_is_same else value < self.threshold
+        return None if value is None else self.model.same_score(value)
 
     @property
     def column(self) -> str:
@@ -262,11 +262,12 @@ class Judge:
         return f"{self.name} {self.metric} ({rule})"
 
 
-def get_judge(name: str) -> Judge | None:
+def judge_column(name: str) -> JudgeColumn | None:
+    """The (cached) similarity column of judge ``name``, or None when that judge cannot load here."""
     with _JUDGE_LOCK:
         if name not in _JUDGES:
             try:
-                _JUDGES[name] = Judge(name)
+                _JUDGES[name] = JudgeColumn(name)
             except Exception as err:  # noqa: BLE001 - no judge means no similarity column, not a crash
                 log.warning("judge %s unavailable: %s", name, err)
                 _JUDGES[name] = None
@@ -524,7 +525,7 @@ def _controls_for(keys: list[tuple[str, str]], values: Sequence[Any], method: st
 # ============================================================================ shared bits
 @dataclass
 class FaceScores:
-    judge: Judge | None
+    judge: JudgeColumn | None
     faces: list
     original: list = field(default_factory=list)
 
@@ -533,7 +534,7 @@ class FaceScores:
     @classmethod
     def of(cls, rgb: np.ndarray, judge_name: str | None) -> "FaceScores":
         faces = _detect(rgb)
-        judge = get_judge(judge_name) if judge_name else None
+        judge = judge_column(judge_name) if judge_name else None
         original: list = []
         if judge and faces:
             try:
@@ -559,7 +560,7 @@ def _fmt(v: float | None) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-def _scores_caption(scores: list[float | None], judge: Judge | None) -> str:
+def _scores_caption(scores: list[float | None], judge: JudgeColumn | None) -> str:
     if judge is None or not scores:
         return ""
     return f"{judge.name}: " + ", ".join(_fmt(v) for v in scores)

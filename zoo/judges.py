@@ -102,9 +102,13 @@ class Judge:
     def distance_threshold(self) -> float:
         return 1.0 - self.threshold if self.metric == "cosine" else self.threshold
 
+    def same_score(self, score):
+        """Whether a :meth:`score` value (or array of them) means "same person" at the published threshold:
+        cosine at least the threshold, Euclidean distance below it."""
+        return score >= self.threshold if self.metric == "cosine" else score < self.threshold
+
     def same_person(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        s = self.score(a, b)
-        return s >= self.threshold if self.metric == "cosine" else s < self.threshold
+        return self.same_score(self.score(a, b))
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.metric}, threshold={self.threshold})"
