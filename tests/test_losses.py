@@ -84,6 +84,27 @@ def test_r1_penalty_on_a_linear_discriminator():
     assert L.lazy_r1_loss(x @ w, x, gamma=10.0, every=16).item() == pytest.approx(10 / 2 * 25 * 16)
 
 
+def test_lazy_r1_block_every_n_steps():
+    """add_lazy_r1, the one lazy-R1 block of the D steps (gan, toy, DBAF/HFORD, IDEudemon)."""
+    w = torch.tensor([3.0, 4.0])
+    x = torch.randn(5, 2, requires_grad=True)
+    loss0 = torch.tensor(1.0)
+    cfg = {"gamma": 10.0, "every": 4}
+    for step in range(9):
+        logs = {}
+        loss = L.add_lazy_r1(loss0, logs, x @ w, x, cfg, step)
+        if step % 4 == 0:
+            assert L.lazy_r1_due(cfg, step) and logs["r1"] == pytest.approx(10 / 2 * 25 * 4)
+            assert loss.item() == pytest.approx(1.0 + 10 / 2 * 25 * 4)
+        else:
+            assert not L.lazy_r1_due(cfg, step) and logs == {} and loss is loss0
+    # every defaults to 16; no config, gamma 0 or no gamma: never
+    assert L.lazy_r1_due({"gamma": 1.0}, 32) and not L.lazy_r1_due({"gamma": 1.0}, 8)
+    for off in (None, {}, {"gamma": 0, "every": 1}, {"every": 1}):
+        logs = {}
+        assert not L.lazy_r1_due(off, 0) and L.add_lazy_r1(loss0, logs, x @ w, x, off, 0) is loss0 and logs == {}
+
+
 def test_gram_style_feature_matching_attribute_and_latent():
     f = torch.ones(1, 2, 2, 2)
     assert torch.allclose(L.gram_matrix(f), torch.full((1, 2, 2), 4 / 8))

@@ -91,17 +91,12 @@ class StyleGAN2Pretraining(NeuralMethod):
         if group == "d":
             with torch.no_grad():
                 fake = self.sample_images(n)
-            r1 = self.stage_config(1).get("r1") or {}
-            every = int(r1.get("every", 16))
-            regularize = float(r1.get("gamma", 0)) > 0 and step % every == 0
-            real = real.detach().requires_grad_(regularize)
+            r1 = self.stage_config(1).get("r1")
+            real = real.detach().requires_grad_(losses.lazy_r1_due(r1, step))
             real_pred = disc(real)
             loss = losses.nonsaturating_d_loss(real_pred, disc(fake))
             logs = {"d_adv": float(loss.detach())}
-            if regularize:
-                reg = losses.lazy_r1_loss(real_pred, real, float(r1["gamma"]), every)
-                logs["r1"] = float(reg.detach())
-                loss = loss + reg
+            loss = losses.add_lazy_r1(loss, logs, real_pred, real, r1, step)
             logs["total"] = float(loss.detach())
             return loss, logs
         if group == "g":

@@ -136,11 +136,7 @@ class ToyMethod(NeuralMethod):
             real_pred = c["discriminator"](real)
             loss = losses.nonsaturating_d_loss(real_pred, c["discriminator"](fake))
             logs = {"d_adv": float(loss.detach())}
-            r1 = cfg.get("r1")
-            if r1 and step % int(r1["every"]) == 0:
-                reg = losses.lazy_r1_loss(real_pred, real, float(r1["gamma"]), int(r1["every"]))
-                logs["r1"] = float(reg.detach())
-                loss = loss + reg
+            loss = losses.add_lazy_r1(loss, logs, real_pred, real, cfg.get("r1"), step)
             return loss, logs
         if stage == 1 and group == "g":
             y = c["anonymizer"](x, self._random_keys(len(x)))

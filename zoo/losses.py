@@ -44,6 +44,8 @@ __all__ = [
     "hinge_d_loss",
     "r1_penalty",
     "lazy_r1_loss",
+    "lazy_r1_due",
+    "add_lazy_r1",
     "wing_loss",
     "weighted_sum",
 ]
@@ -313,6 +315,31 @@ def lazy_r1_loss(real_pred: torch.Tensor, real_images: torch.Tensor, gamma: floa
     """The ``gamma/2 E[||grad D(x)||^2]`` term of H eq. 16 / D eq. 37, applied every ``every`` D steps
     and scaled by ``every`` (StyleGAN2 lazy regularisation). Call it only when ``step % every == 0``."""
     return gamma / 2 * r1_penalty(real_pred, real_images) * every
+
+
+def _r1_settings(r1: Mapping | None) -> tuple[float, int]:
+    r1 = r1 or {}
+    return float(r1.get("gamma", 0.0)), int(r1.get("every", 16))
+
+
+def lazy_r1_due(r1: Mapping | None, step: int) -> bool:
+    """Whether D step ``step`` carries the lazy R1 term under the config ``r1 = {gamma, every}``
+    (``every`` defaults to 16; no config or ``gamma <= 0``: never). Decide this before D runs on
+    the reals, which then need ``requires_grad``."""
+    gamma, every = _r1_settings(r1)
+    return gamma > 0 and step % every == 0
+
+
+def add_lazy_r1(loss: torch.Tensor, logs: dict, real_pred: torch.Tensor, real_images: torch.Tensor, r1: Mapping | None, step: int) -> torch.Tensor:
+    """The one lazy-R1 block of every discriminator step: ``loss`` plus :func:`lazy_r1_loss` (with the
+    config's ``gamma`` and ``every``) when :func:`lazy_r1_due`, its value logged as ``logs["r1"]``;
+    else ``loss`` unchanged. ``real_images`` must have had ``requires_grad=True`` when D ran on them."""
+    if not lazy_r1_due(r1, step):
+        return loss
+    gamma, every = _r1_settings(r1)
+    term = lazy_r1_loss(real_pred, real_images, gamma, every)
+    logs["r1"] = float(term.detach())
+    return loss + term
 
 
 # ============================================================ landmarks

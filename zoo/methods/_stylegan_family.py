@@ -632,12 +632,7 @@ class _TrainingMixin:
             k = 1.0 if (self.sum_over_outputs and stage == 2) else 1.0 / len(fakes)
             loss = k * sum(L.nonsaturating_d_loss(real_pred, disc(f.detach())) for f in fakes)
             logs = {"d_loss": float(loss.detach())}
-            r1 = self.stage_config(stage).get("r1") or {}
-            every = int(r1.get("every", 16))
-            if float(r1.get("gamma", 0)) > 0 and step % every == 0:
-                r1_term = L.lazy_r1_loss(real_pred, real, float(r1["gamma"]), every)
-                loss = loss + r1_term
-                logs["r1"] = float(r1_term.detach())
+            loss = L.add_lazy_r1(loss, logs, real_pred, real, self.stage_config(stage).get("r1"), step)
             logs["total"] = float(loss.detach())
             return loss, logs
 

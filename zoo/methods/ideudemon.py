@@ -438,12 +438,7 @@ class IDEudemon(NeuralMethod):
                 comp = sum(losses.nonsaturating_d_loss(self.components[f"d_{k}"](rr[k])[0], self.components[f"d_{k}"](rf[k])[0]) for k in ROI_NAMES)
                 loss = loss + comp
                 logs["d_comp"] = float(comp.detach())
-            r1 = dict(self.config["stages"][1].get("r1", {}) or {})
-            every = int(r1.get("every", 16))
-            if float(r1.get("gamma", 0.0)) > 0 and step % every == 0:
-                r1_term = losses.lazy_r1_loss(real_pred, real, float(r1["gamma"]), every)
-                loss = loss + r1_term
-                logs["r1"] = float(r1_term.detach())
+            loss = losses.add_lazy_r1(loss, logs, real_pred, real, self.config["stages"][1].get("r1"), step)
             logs["total"] = float(loss.detach())
             return loss, logs
 
