@@ -71,7 +71,7 @@ def _crops(paths: list[Path], size: int) -> tuple[np.ndarray, list[str]]:
 
 
 def _pose(img: np.ndarray) -> np.ndarray:
-    from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
+    from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose, pose_difference
 
     try:
         return head_pose(detect_landmarks68(img), img.shape[:2])
@@ -106,7 +106,7 @@ def measure_set(method, crops: np.ndarray, scales: list[float], keys: int, label
             matched += list(dlib.same_person(e0, e))
             dist += list(dlib.distance(e0, e))
             for i, o in enumerate(out):
-                pose_err.append(float(np.linalg.norm(_pose(o) - pose0[i])))
+                pose_err.append(float(pose_difference(_pose(o), pose0[i])))
                 detected.append(bool(detect_faces(o, "yunet")))
                 outside = (s1["head"][i, 0] == 0).numpy()
                 identical.append(bool(np.array_equal(o[outside], crops[i][outside])) and bool(outside.any()))

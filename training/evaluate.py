@@ -315,10 +315,10 @@ def _landmark_block(orig: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     block = {"landmark68_distance": mean_entry(d.mean(1), "dlib 68-landmark distance, all points (Cao et al. pixel-dis)", "px")}
     for region, idx in _REGIONS.items():
         block[f"landmark68_distance_{region}"] = mean_entry(d[:, idx].mean(1), f"dlib 68-landmark distance, {region}", "px")
-    from zoo.face3d.landmarks import head_pose
+    from zoo.face3d.landmarks import head_pose, pose_difference
 
     pa, pb = head_pose(a, orig.shape[1:3]), head_pose(b, out.shape[1:3])
-    block["pose_error"] = mean_entry(np.linalg.norm(pa - pb, axis=1), "head pose error: L2 of (yaw, pitch, roll) difference, solvePnP on dlib landmarks (proxy for IDEudemon POSE)", "deg")
+    block["pose_error"] = mean_entry(pose_difference(pa, pb), "head pose error: L2 of (yaw, pitch, roll) difference, solvePnP on dlib landmarks (proxy for IDEudemon POSE)", "deg")
     block["expression_error"] = mean_entry(expression_distance(a, b), "68-landmark distance after similarity alignment, per inter-ocular distance (proxy for IDEudemon EXP)")
     return block
 

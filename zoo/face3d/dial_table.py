@@ -55,7 +55,7 @@ class _Judges:
 
     def describe(self, img: np.ndarray) -> dict:
         from ..pipeline import DetectedFace, detect_faces, ffhq_template
-        from .landmarks import detect_landmarks68, head_pose
+        from .landmarks import detect_landmarks68, head_pose, pose_difference
 
         faces = detect_faces(img, "yunet")
         h, w = img.shape[:2]
@@ -153,7 +153,7 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
                 d = judges.describe(img)
                 ds.append(float(judges.sface.distance(ref[i]["sface"], d["sface"])[0]))
                 dd.append(float(judges.dlib.distance(ref[i]["dlib"], d["dlib"])[0]))
-                pe.append(float(np.linalg.norm(d["pose"] - ref[i]["pose"])))
+                pe.append(float(pose_difference(d["pose"], ref[i]["pose"])))
                 ps.append(_psnr(faces[i], img, outside[i]))
         ds, dd = np.array(ds), np.array(dd)
         finite = [p for p in ps if np.isfinite(p)]
