@@ -36,11 +36,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
+from training.evaluate import rate
+from zoo.face3d.landmarks import pose_difference
 
-from training.evaluate import rate  # noqa: E402
+REPO = Path(__file__).resolve().parents[1]
 
 
 def _photos(extra: list[str]) -> tuple[list[Path], list[Path]]:
