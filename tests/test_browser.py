@@ -28,9 +28,10 @@ SCREENSHOT = ROOT / "docs" / "screenshot_anonymize.png"
 CHROMIUM = os.environ.get("CHROMIUM") or next(
     (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome")) if p), None
 )
-pytestmark = pytest.mark.skipif(
-    CHROMIUM is None, reason="no Chromium binary (install Debian's 'chromium' package or set CHROMIUM=/path/to/chrome)"
-)
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (install Debian's 'chromium' package or set CHROMIUM=/path/to/chrome)"),
+    pytest.mark.slow,  # a real browser: CI runs it (scripts/test.sh -m slow)
+]
 
 
 class Chromium:

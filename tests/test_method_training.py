@@ -38,7 +38,7 @@ ADVERSARIAL = ("adv", "local")  # generator terms that a training discriminator 
 SELF_REFERENTIAL = {"personal": ("attr",)}
 N_FACES = 8
 
-pytestmark = pytest.mark.usefixtures("one_thread")
+pytestmark = [pytest.mark.usefixtures("one_thread"), pytest.mark.slow]  # ~2 minutes: CI runs them (scripts/test.sh -m slow)
 
 # (method, stage, steps, batch size, smallest relative fall of the generator's objective)
 # The falls measured on one x86 CPU with seeds 0-3 (1 and 2 torch threads for seed 0) are in the comments;

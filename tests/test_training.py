@@ -321,6 +321,7 @@ def test_model_card_from_hub_cards(tmp_path):
     assert card is not None and "me/dbaf-test" in card and "someone/faces" in card
 
 
+@pytest.mark.slow
 def test_two_process_ddp_on_cpu(tmp_path):
     """The distributed path (accelerate DDP, gloo): 2 CPU processes via torchrun train one stage together."""
     import yaml
