@@ -240,25 +240,35 @@ class ShapeSpace:
         )
 
     def save(self, path: str | Path) -> Path:
-        from safetensors.torch import save_file
+        return save_space_file(self.tensors(), self.meta, path)
 
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_file(self.tensors(), str(path), metadata={"meta": json.dumps(self.meta, sort_keys=True)})
-        return path
+
+def save_space_file(tensors: dict[str, Any], meta: dict[str, Any], path: str | Path) -> Path:
+    """Write a learned space (shape or texture) as safetensors with its JSON ``meta``."""
+    from safetensors.torch import save_file
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(path), metadata={"meta": json.dumps(meta, sort_keys=True)})
+    return path
+
+
+def load_space_file(path: Path, what: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """(tensors, meta) of a file written by :func:`save_space_file`; ``what``: "shape" or "texture"."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    if not path.is_file():
+        raise FileNotFoundError(f"no {what} space at {path}; build one with `python -m zoo.face3d build-{what}-space --out {path}`")
+    with safe_open(str(path), framework="pt") as f:
+        meta = json.loads((f.metadata() or {}).get("meta", "{}"))
+    return load_file(str(path)), meta
 
 
 def load_shape_space(path: str | Path | None = None) -> ShapeSpace:
     """A saved :class:`ShapeSpace` (default: the one shipped in ``zoo/face3d/data``)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    path = Path(path) if path is not None else DEFAULT_SHAPE_SPACE
-    if not path.is_file():
-        raise FileNotFoundError(f"no shape space at {path}; build one with `python -m zoo.face3d build-shape-space --out {path}`")
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get("meta", "{}"))
-    return ShapeSpace.from_tensors(load_file(str(path)), meta=meta)
+    tensors, meta = load_space_file(Path(path) if path is not None else DEFAULT_SHAPE_SPACE, "shape")
+    return ShapeSpace.from_tensors(tensors, meta=meta)
 
 
 # ----------------------------------------------------------------------------------------- building

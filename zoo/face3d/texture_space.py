@@ -35,7 +35,6 @@ each also mirrored (the frame is symmetric), landmark failures dropped as Procru
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
@@ -44,7 +43,7 @@ import cv2
 import numpy as np
 
 from .landmarks import FACE_OUTLINE, N_LANDMARKS, derived_points, mesh_vertices
-from .shape_space import ShapeSpace, load_shape_space, nuisance_measures, procrustes_align
+from .shape_space import ShapeSpace, load_shape_space, load_space_file, nuisance_measures, procrustes_align, save_space_file
 from .warp import piecewise_affine_maps, polygon_mask
 
 __all__ = ["TextureSpace", "DEFAULT_TEXTURE_SPACE", "load_texture_space", "build_texture_space", "fit_texture_space", "main_build"]
@@ -170,25 +169,13 @@ class TextureSpace:
         return f"{prefix}id_basis" in tensors
 
     def save(self, path: str | Path) -> Path:
-        from safetensors.torch import save_file
-
-        path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        save_file(self.tensors(), str(path), metadata={"meta": json.dumps(self.meta, sort_keys=True)})
-        return path
+        return save_space_file(self.tensors(), self.meta, path)
 
 
 def load_texture_space(path: str | Path | None = None) -> TextureSpace:
     """A saved :class:`TextureSpace` (default: the one shipped in ``zoo/face3d/data``)."""
-    from safetensors import safe_open
-    from safetensors.torch import load_file
-
-    path = Path(path) if path is not None else DEFAULT_TEXTURE_SPACE
-    if not path.is_file():
-        raise FileNotFoundError(f"no texture space at {path}; build one with `python -m zoo.face3d build-texture-space --out {path}`")
-    with safe_open(str(path), framework="pt") as f:
-        meta = json.loads((f.metadata() or {}).get("meta", "{}"))
-    return TextureSpace.from_tensors(load_file(str(path)), meta=meta)
+    tensors, meta = load_space_file(Path(path) if path is not None else DEFAULT_TEXTURE_SPACE, "texture")
+    return TextureSpace.from_tensors(tensors, meta=meta)
 
 
 # ----------------------------------------------------------------------------------------- building
