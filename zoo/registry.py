@@ -198,6 +198,10 @@ def info(name: str) -> dict[str, Any]:
     except FileNotFoundError as err:
         choice, available, reason = None, False, str(err)
     caps = runtime_class(name, choice).capabilities()
+    if choice is not None and choice.location is not None:  # the checkpoint's own crop size, where it sets one
+        res = _index(Path(choice.location)).get("config", {}).get("resolution")
+        if res:
+            caps["resolution"] = int(res)
     caps.update(
         {
             "default_repo": entry.default_repo,
