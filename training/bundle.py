@@ -191,6 +191,10 @@ def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index:
         "recipe": f"training/configs/{Path(config).name}" if config else f"training/configs/{method_name}_demo.yaml",
         "deviations from the paper": "listed, each with the measurement behind it, at the top of the recipe",
         "evaluation command": (index.get("evaluation") or {}).get("command") or "",
+        "licence of these demo weights": "they hold no paper weights and no StyleGAN2 / FFHQ / CelebA data: they were "
+        "trained here on faces drawn by the DCGAN of the `gan-face-generate` package (package licence field: "
+        "'Copyright (c) 2023, chien liu', no terms stated), so no licence is granted beyond research use; the licence "
+        "metadata and text of this card are the paper recipe's",
     }
     if layout.get("photos"):
         ph = layout["photos"]
