@@ -287,9 +287,16 @@ class DeidMethod:
                 outs.append(from_tensor(y.float().cpu()))
         return np.concatenate(outs, axis=0), (np.concatenate(latents) if latents else None)
 
-    def _keys_for(self, operation: str, secret: Secret | None, n: int) -> list:
-        # methods that ignore the key get none (and no fresh random secret is stretched for them)
-        return [None] * n if (operation == "reconstruct" or not self.uses_key) else self.face_keys(secret, n)
+    def _keys_for(self, operation: str, secret: Secret | None, indices: Sequence[int]) -> list:
+        """One key per face, face ``indices[j]`` keyed by its index (a carried face keeps the index it had
+        when it was anonymized). Methods that ignore the key get none (and no fresh random secret is
+        stretched for them)."""
+        n = len(indices)
+        if operation == "reconstruct" or not self.uses_key:
+            return [None] * n
+        if list(indices) == list(range(n)):
+            return self.face_keys(secret, n)
+        return [self.face_keys(secret, 1, start=int(i))[0] for i in indices]
 
     def _process_isolated(self, operation, crops, keys, controls, carried=None):
         """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others.
@@ -315,12 +322,6 @@ class DeidMethod:
                 errors.append(f"{type(err).__name__}: {err}")
         return results, errors, latents
 
-    def _keys_at(self, operation: str, secret: Secret | None, indices: Sequence[int]) -> list:
-        """Keys of the faces with the given indices (a face keeps its anonymization index in its carrier)."""
-        if list(indices) == list(range(len(indices))):
-            return self._keys_for(operation, secret, len(indices))
-        return [self._keys_for(operation, secret, 1)[0] if secret is None else self.face_keys(secret, 1, start=int(i))[0] for i in indices]
-
     def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
         from .. import carrier, imageio, pipeline
 
@@ -344,7 +345,7 @@ class DeidMethod:
                     found = carrier.extract_all(rgb, tag)
                     if found:
                         indices[i], carried[i] = found[0].index, found[0].latent
-            keys = self._keys_at(operation, secret, indices)
+            keys = self._keys_for(operation, secret, indices)
             outs, errors, latents = self._process_isolated(operation, crops, keys, controls, carried)
             results = []
             for i, ((rgb, alpha), out, err, lat) in enumerate(zip(loaded, outs, errors, latents)):
@@ -374,7 +375,7 @@ class DeidMethod:
         if faces:
             aligned_faces = [pipeline.align_face(rgb, f.landmarks, self.resolution) for f in faces]
             crops = np.stack([a.crop for a in aligned_faces])
-            keys = self._keys_at(operation, secret, indices)
+            keys = self._keys_for(operation, secret, indices)
             outs, errors, latents = self._process_isolated(operation, crops, keys, controls, carried)
             for face, al, out, err in zip(faces, aligned_faces, outs, errors):
                 if out is not None:
