@@ -322,6 +322,83 @@ class DeidMethod:
                 errors.append(f"{type(err).__name__}: {err}")
         return results, errors, latents
 
+    def process_frames(
+        self,
+        operation: str,
+        frames: Sequence[np.ndarray],
+        faces: Sequence[Sequence[Any]],
+        indices: Sequence[Sequence[int]],
+        secret: Secret | None,
+        controls: dict,
+        carried: Sequence[Sequence[np.ndarray | None]] | None = None,
+    ) -> list[tuple[np.ndarray, list[FaceRecord]]]:
+        """The photo path after detection, for one photo or several video frames in one batched call.
+
+        ``frames``: uint8 RGB ``[H, W, 3]`` each; ``faces[f]``: the :class:`~zoo.pipeline.DetectedFace`
+        list of frame ``f``; ``indices[f]``: each face's key index (face ``i`` is keyed by (secret, method
+        name, i), so a video track keeps one key by keeping one index); ``carried[f]`` (recover, methods
+        that carry a latent): each face's carried code or None. ``controls`` must be validated
+        (:meth:`validate_controls`). Every face of every frame goes through the method in one batch (in
+        chunks of :attr:`max_batch`); a face that fails is hard-blurred (fail closed). Returns one
+        ``(canvas, records)`` per frame: the processed copy and one :class:`FaceRecord` per face.
+        """
+        from .. import carrier, pipeline
+
+        carries = self.carries_latent and operation in ("anonymize", "recover")
+        tag = carrier.method_tag(self.name)
+        fingerprint = secret.fingerprint if secret is not None else None
+        if carried is None:
+            carried = [[None] * len(fs) for fs in faces]
+        flat = [(f, j) for f in range(len(frames)) for j in range(len(faces[f]))]
+        aligned_all = [pipeline.align_face(frames[f], faces[f][j].landmarks, self.resolution) for f, j in flat]
+        outs_all: list = []
+        errors_all: list = []
+        latents_all: list = []
+        if flat:
+            crops = np.stack([a.crop for a in aligned_all])
+            keys = self._keys_for(operation, secret, [indices[f][j] for f, j in flat])
+            outs_all, errors_all, latents_all = self._process_isolated(operation, crops, keys, controls, [carried[f][j] for f, j in flat])
+        results: list[tuple[np.ndarray, list[FaceRecord]]] = []
+        pos = 0
+        for f, rgb in enumerate(frames):
+            fr_faces, fr_indices, fr_carried = list(faces[f]), list(indices[f]), list(carried[f])
+            n = len(fr_faces)
+            aligned_faces = aligned_all[pos : pos + n]
+            outs, errors, latents = outs_all[pos : pos + n], errors_all[pos : pos + n], latents_all[pos : pos + n]
+            pos += n
+            canvas = np.array(rgb, dtype=np.uint8, copy=True)
+            records: list[FaceRecord] = []
+            if n:
+                for face, al, out, err in zip(fr_faces, aligned_faces, outs, errors):
+                    if out is not None:
+                        canvas = pipeline.paste_back(canvas, out, al.matrix)
+                    else:
+                        canvas = pipeline.blur_face(canvas, face)
+                flags: list[bool | None] = [None] * n
+                if carries and operation == "anonymize":  # after every paste, so no face covers another's block
+                    taken: list = []
+                    for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
+                        if out is not None and lat is not None:
+                            block = carrier.CarriedLatent(tag, fr_indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat)
+                            flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
+                elif carries:
+                    flags = [c is not None for c in fr_carried]
+                for j, (face, err) in enumerate(zip(fr_faces, errors)):
+                    records.append(
+                        FaceRecord(
+                            index=fr_indices[j],
+                            box=[float(v) for v in face.box],
+                            score=float(face.score),
+                            landmarks=[[float(a), float(b)] for a, b in face.landmarks],
+                            status="processed" if err is None else "fallback_blur",
+                            error=err,
+                            key_fingerprint=fingerprint,
+                            latent_carried=flags[j],
+                        )
+                    )
+            results.append((canvas, records))
+        return results
+
     def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
         from .. import carrier, imageio, pipeline
 
@@ -370,49 +447,18 @@ class DeidMethod:
         carried: list[np.ndarray | None] = [None] * len(faces)
         if carries and operation == "recover":
             faces, indices, carried = _attach_carried(faces, carrier.extract_all(rgb, tag))
-        canvas = rgb.copy()
-        records: list[FaceRecord] = []
-        if faces:
-            aligned_faces = [pipeline.align_face(rgb, f.landmarks, self.resolution) for f in faces]
-            crops = np.stack([a.crop for a in aligned_faces])
-            keys = self._keys_for(operation, secret, indices)
-            outs, errors, latents = self._process_isolated(operation, crops, keys, controls, carried)
-            for face, al, out, err in zip(faces, aligned_faces, outs, errors):
-                if out is not None:
-                    canvas = pipeline.paste_back(canvas, out, al.matrix)
-                else:
-                    canvas = pipeline.blur_face(canvas, face)
-            flags: list[bool | None] = [None] * len(faces)
-            if carries and operation == "anonymize":  # after every paste, so no face covers another's block
-                taken: list = []
-                for j, (face, out, lat) in enumerate(zip(faces, outs, latents)):
-                    if out is not None and lat is not None:
-                        block = carrier.CarriedLatent(tag, indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat)
-                        flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
-            elif carries:
-                flags = [c is not None for c in carried]
-            for j, (face, err) in enumerate(zip(faces, errors)):
-                records.append(
-                    FaceRecord(
-                        index=indices[j],
-                        box=[float(v) for v in face.box],
-                        score=float(face.score),
-                        landmarks=[[float(a), float(b)] for a, b in face.landmarks],
-                        status="processed" if err is None else "fallback_blur",
-                        error=err,
-                        key_fingerprint=fingerprint,
-                        latent_carried=flags[j],
-                    )
-                )
+        [(canvas, records)] = self.process_frames(operation, [rgb], [faces], [indices], secret, controls, [carried])
         return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text)
 
 
-def _attach_carried(faces: list, found: list) -> tuple[list, list[int], list]:
+def _attach_carried(faces: list, found: list, base_indices: Sequence[int] | None = None) -> tuple[list, list[int], list]:
     """Match carrier blocks to detected faces (a block inside a detected box belongs to that face).
 
     A matched face is aligned with the landmarks it had when it was anonymized and keyed by its
     anonymization index; a block no detector found still gets its face recovered (fail closed the other
-    way round: a face the tool anonymized is never left anonymized for lack of a detection)."""
+    way round: a face the tool anonymized is never left anonymized for lack of a detection).
+    ``base_indices``: the key index of each face that no block claims (default: its position; a video
+    passes its track ids)."""
     from ..pipeline import DetectedFace
 
     out_faces, indices, carried = [], [], []
@@ -426,7 +472,7 @@ def _attach_carried(faces: list, found: list) -> tuple[list, list[int], list]:
                 break
         if hit is None:
             out_faces.append(face)
-            indices.append(i)
+            indices.append(i if base_indices is None else int(base_indices[i]))
             carried.append(None)
         else:
             used.add(hit)
