@@ -11,14 +11,23 @@ Tabs
 * Diversity: one face, N keys, one row per method, with the mean pairwise identity similarity.
 
 Every result can be downloaded as a zip of PNGs with a JSON report per image (the key's fingerprint,
-never the key); the zips hold results only, never the uploaded photo, and their files are named after what
-they hold (``anonymized_<method>.png``, ``anonymized_<methods>.zip``, ...). Methods whose weights are not
-installed are listed as unavailable with the reason.
+never the key); galleries and zips hold results only, never the uploaded photo (it stays in the input), and
+their files are named after what they hold (``anonymized_<method>.png``, ``anonymized_<methods>.zip``, ...).
+Methods whose weights are not installed are listed as unavailable; a tab that cannot work here (Recover
+without a reversible method) says so and its button is disabled. No key is fixed at start-up: empty key
+fields mean a fresh random key per run.
 
-Files: the app writes into one private folder per process (``tempfile.mkdtemp``, mode 0700; files 0600),
-one subfolder per request. A request's files are handed to Gradio's cache (still 0600, in a 0700 folder of
-their own, removed by Gradio's ``delete_cache``) and the request's folder is deleted at once; leftovers
-(a direct call, a crash) are swept after an hour and the whole folder at exit.
+Requests: uploads over ``ZOO_MAX_UPLOAD`` are refused by the server; every photo input checks a new upload
+at once (outside the queue). Events are not held in Gradio's queue: a request's inputs are read and checked
+at once (a bad upload is answered in well under a second however busy the app is) and only the methods wait
+for one of ``ZOO_CONCURRENCY`` slots (:class:`HeavySlots`; beyond ``ZOO_QUEUE_SIZE`` waiting, "busy").
+
+Files: Gradio's uploads and cache go to a private folder per process (:func:`gradio_temp_dir`:
+``tempfile.mkdtemp``, mode 0700, inside ``$GRADIO_TEMP_DIR`` or the system temp folder, never the shared
+``/tmp/gradio``), whose files are deleted ``ZOO_CACHE_SECONDS`` (default 900) after they were made and the
+whole folder at exit. The app's own files go to another private folder (0700; files 0600), one subfolder per
+request; a request's files are handed to Gradio's cache (still 0600, in a 0700 folder of their own) and the
+request's folder is deleted at once; leftovers (a direct call, a crash) are swept after an hour.
 
 Logging: a user's mistake (no photo, unreadable file, no key, ...) is logged as one line, without a
 traceback; an unexpected failure inside a method is logged with its traceback.
@@ -37,6 +46,7 @@ Environment
 from __future__ import annotations
 
 import atexit
+import contextlib
 import importlib.util
 import inspect
 import itertools
@@ -71,6 +81,7 @@ MAX_KEYS = 8
 JUDGES = ("dlib", "sface")  # dlib first: no method trains with it; SFace is the demo checkpoints' training encoder
 JUDGE_LABELS = {"dlib": "dlib (independent)", "sface": "SFace (used in training)"}
 RUN_KEEP_SECONDS = 3600.0  # request folders left behind (direct calls, crashes) are swept after this
+CACHE_SECONDS = int(os.environ.get("ZOO_CACHE_SECONDS", 900))  # uploads and served results live this long
 _EXAMPLES = "examples"  # the app folder's subfolder for generated example photos (never swept)
 
 
@@ -126,13 +137,19 @@ def method_catalog(names: Sequence[str] | None = None, checkpoints: str | None =
             choice = zoo.registry.resolve_weights(name, local_dir=str(local)) if local is not None and local.is_dir() else None
             cls = zoo.registry.runtime_class(name, choice)  # a demo checkpoint runs the demo variant (its controls)
         except Exception as err:  # noqa: BLE001 - unknown name or a module that does not import
-            out[name] = MethodStatus(name, False, _one_line(f"cannot be loaded: {err}"))
+            log.warning("method %s cannot be offered: %s", name, _one_line(str(err), 300))
+            out[name] = MethodStatus(name, False, _one_line(f"cannot be loaded: {str(err).strip(chr(39) + chr(34))}"))
             continue
         evaluation = info.get("evaluation")
         if choice is not None:
-            available, reason, local_dir, evaluation = True, f"local checkpoint {local}: {choice.label}", str(local), choice.evaluation
+            available, reason, local_dir, evaluation = True, f"local checkpoint {local.name}/: {choice.label}", str(local), choice.evaluation
         else:
             available, reason, local_dir = bool(info.get("weights_available")), str(info.get("weights_status", "")), None
+            if not available:  # the library's advice (local_dir=..., hf download) is for the operator, not a visitor
+                log.warning("method %s is unavailable: %s (put its checkpoint in ZOO_CHECKPOINTS/%s/ or the Hub cache)",
+                            name, _one_line(reason, 400), name)
+                repo = info.get("default_repo")
+                reason = "its weights are not installed on this server" + (f" (Hub repo {repo})" if repo else "")
         out[name] = MethodStatus(
             name=name,
             available=available,
@@ -377,6 +394,75 @@ def _app_dir() -> Path:
         return _APP_DIR
 
 
+_GRADIO_DIR: Path | None = None
+_GRADIO_PARENT = os.environ.get("GRADIO_TEMP_DIR") or None  # as set before the app changed it
+
+
+def gradio_temp_dir() -> Path:
+    """This process's private folder for Gradio's uploads and served results: a ``tempfile.mkdtemp`` folder
+    (mode 0700) made inside ``$GRADIO_TEMP_DIR`` (default: the system temp folder, never Gradio's shared
+    ``/tmp/gradio``), set as ``GRADIO_TEMP_DIR`` for this process and removed at exit. Gradio writes an
+    upload as a 0600 file in a subfolder of it, so no other user of the machine can read an uploaded photo.
+    Call before any ``gr.Blocks`` is made (:func:`build_app` does)."""
+    global _GRADIO_DIR
+    with _APP_DIR_LOCK:
+        if _GRADIO_DIR is None or not _GRADIO_DIR.is_dir():
+            if _GRADIO_PARENT:
+                Path(_GRADIO_PARENT).mkdir(parents=True, exist_ok=True)
+            _GRADIO_DIR = Path(tempfile.mkdtemp(prefix="deid_zoo_gradio_", dir=_GRADIO_PARENT))
+            atexit.register(shutil.rmtree, _GRADIO_DIR, True)
+        os.environ["GRADIO_TEMP_DIR"] = str(_GRADIO_DIR)
+        return _GRADIO_DIR
+
+
+def _sweep_gradio_dir(root: Path, age: float) -> None:
+    """Remove folders in Gradio's cache left empty by its ``delete_cache`` (which deletes files only) and
+    anything older than ``age`` seconds."""
+    now = time.time()
+    for folder in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
+        try:
+            if now - folder.stat().st_mtime > age:
+                shutil.rmtree(folder, ignore_errors=True)
+            elif not any(folder.iterdir()) and now - folder.stat().st_mtime > 60:
+                folder.rmdir()
+        except OSError:
+            pass
+
+
+class HeavySlots:
+    """At most ``limit`` heavy jobs (the methods and judges) run at a time; at most ``waiting`` more wait.
+
+    The app's events are not limited by Gradio's queue, so every request is read and checked at once (a bad
+    upload, a missing key, an unknown method are answered in well under a second however busy the app is);
+    only the heavy part of a good request waits here for a slot. A request that would wait beyond
+    ``waiting`` others is answered "busy" at once."""
+
+    def __init__(self, limit: int, waiting: int):
+        self.limit, self.max_waiting = int(limit), int(waiting)
+        self._sem = threading.BoundedSemaphore(self.limit)
+        self._lock = threading.Lock()
+        self._pending = 0  # running + waiting
+
+    @contextlib.contextmanager
+    def slot(self):
+        with self._lock:
+            if self._pending >= self.limit + self.max_waiting:
+                raise user_error("The app is busy right now; please try again in a minute.")
+            self._pending += 1
+        try:
+            self._sem.acquire()
+            try:
+                yield
+            finally:
+                self._sem.release()
+        finally:
+            with self._lock:
+                self._pending -= 1
+
+
+SLOTS = HeavySlots(CONCURRENCY, QUEUE_SIZE)
+
+
 def _write_private(path: Path, write: Callable[[IO[bytes]], Any]) -> str:
     """Create (or replace) ``path`` with mode 0600, whatever the umask, and fill it with ``write(file)``."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | getattr(os, "O_NOFOLLOW", 0), 0o600)
@@ -413,6 +499,8 @@ def _run_dir(kind: str, keep_seconds: float = RUN_KEEP_SECONDS) -> Path:
                 shutil.rmtree(old) if old.is_dir() else old.unlink()
         except OSError:
             pass
+    if _GRADIO_DIR is not None and _GRADIO_DIR.is_dir():
+        _sweep_gradio_dir(_GRADIO_DIR, CACHE_SECONDS)
     folder = Path(tempfile.mkdtemp(prefix=f"{kind}_", dir=base))
     (folder / "results").mkdir(mode=0o700)
     os.chmod(folder / "results", 0o700)  # whatever the umask
@@ -605,15 +693,23 @@ def anonymize_photo(
     control_keys: list[tuple[str, str]],
     control_values: Sequence[Any],
 ):
-    """Anonymize tab: -> (gallery items, table rows, zip path, status markdown)."""
+    """Anonymize tab: -> (gallery items, table rows, zip path, status markdown).
+
+    The inputs are checked first (answered at once, however busy the app is); the methods then run in one
+    of :data:`SLOTS`. The results never include the original: it stays in the input component."""
     rgb = read_photo(photo)
     chosen = _resolve(methods, catalog)
     key = (key or "").strip() or None
+    with SLOTS.slot():
+        return _anonymize_rgb(rgb, chosen, key, judge_name, control_keys, control_values)
+
+
+def _anonymize_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str | None, judge_name: str | None,
+                   control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
     scores = FaceScores.of(rgb, judge_name)
     run = _run_dir("anonymize")
-    out_dir = _results(run)  # what the zip holds: results only; the original is shown, never zipped
-    gallery = [(_save_png(rgb, run, "original"), f"original · {len(scores.faces)} face(s)")]
-    rows, notes = [], []
+    out_dir = _results(run)  # what the zip holds: results only
+    gallery, rows, notes = [], [], []
     for s in chosen:
         try:
             m = get_method(s)
@@ -646,7 +742,7 @@ def anonymize_photo(
                 face.status if face is not None else "no face found",
                 round(seconds, 3),
             ])
-    if len(gallery) == 1:
+    if not gallery:
         shutil.rmtree(run, ignore_errors=True)
         raise user_error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
     status = _status_line(scores, key, notes, keyed=any(s.uses_key for s in chosen))
@@ -679,10 +775,18 @@ def recover_roundtrip(
     """Recover tab: anonymize with ``key``; recover with ``key`` and with ``wrong_key``."""
     rgb = read_photo(photo)
     chosen = _resolve(methods, catalog, need_reversible=True)
-    key = _key_or_error(key)
+    key = (key or "").strip()
+    random_key = not key
+    key = key or new_secret()  # no key typed: a fresh one for this run only (shown by its fingerprint)
     wrong_key = (wrong_key or "").strip() or key + " (wrong)"
     if wrong_key == key:
-        raise user_error("The wrong key must differ from the key.")
+        raise user_error("The wrong key must differ from the key; leave it empty to use the key with ' (wrong)' appended.")
+    with SLOTS.slot():
+        return _roundtrip_rgb(rgb, chosen, key, wrong_key, random_key, judge_name, control_keys, control_values)
+
+
+def _roundtrip_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str, wrong_key: str, random_key: bool,
+                   judge_name: str | None, control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
     scores = FaceScores.of(rgb, judge_name)
     run = _run_dir("recover")
     out_dir = _results(run)
@@ -719,7 +823,8 @@ def recover_roundtrip(
         shutil.rmtree(run, ignore_errors=True)
         raise user_error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
     status = (
-        f"Key `{Secret(key).fingerprint}`, wrong key `{Secret(wrong_key).fingerprint}`. "
+        f"Key `{Secret(key).fingerprint}`{' (a fresh random key for this run)' if random_key else ''}, "
+        f"wrong key `{Secret(wrong_key).fingerprint}`. "
         "Recovery reads the anonymized PNG back from disk, as it would be after a download."
     )
     if notes:
@@ -736,8 +841,9 @@ def recover_file(catalog: dict[str, MethodStatus], photo: str | None, method: st
     (s,) = _resolve([method], catalog, need_reversible=True)
     key = _key_or_error(key, "key used to anonymize")
     try:
-        m = get_method(s)
-        res = m.recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
+        with SLOTS.slot():
+            m = get_method(s)
+            res = m.recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
     except MethodFailed as err:
         raise user_error(str(err)) from None
     except ValueError as err:
@@ -768,6 +874,13 @@ def diversity_grid(
         raise user_error(f"Choose between 2 and {MAX_KEYS} keys.")
     base_key = (base_key or "").strip()
     keys = [f"{base_key}#{i + 1}" if base_key else new_secret() for i in range(n)]
+    with SLOTS.slot():
+        return _diversity_rgb(rgb, chosen, keys, judge_name, control_keys, control_values)
+
+
+def _diversity_rgb(rgb: np.ndarray, chosen: list[MethodStatus], keys: list[str], judge_name: str | None,
+                   control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
+    n = len(keys)
     scores = FaceScores.of(rgb, judge_name)
     main = None
     if scores.faces:
@@ -829,7 +942,7 @@ def _unavailable_md(catalog: dict[str, MethodStatus]) -> str:
     off = [s for s in catalog.values() if not s.available]
     if not off:
         return ""
-    lines = ["**Unavailable here** (install the weights, or set `ZOO_CHECKPOINTS` to a folder with `<method>/` checkpoints):"]
+    lines = ["**Not available on this server:**"]
     lines += [f"- ~~{s.name}~~: {s.reason}" for s in off]
     return "\n".join(lines)
 
@@ -842,6 +955,17 @@ def _weights_md(catalog: dict[str, MethodStatus]) -> str:
     lines = ["**Weights in use** (rates: fraction the dlib judge calls the same person):"]
     lines += [f"- **{s.name}**: {s.reason}. {s.evaluation}" for s in on]
     return "\n".join(lines)
+
+
+def tab_problem(catalog: dict[str, MethodStatus], tab: str) -> str | None:
+    """Why a tab cannot work on this server (shown on the tab before any click, its buttons disabled), or None."""
+    on = [s for s in catalog.values() if s.available]
+    if not on:
+        return "No method can run on this server (none has its weights installed), so there is nothing to run here."
+    if tab == "recover" and not any(s.reversible for s in on):
+        return ("No reversible method is installed on this server, so there is nothing to recover with. "
+                "The methods here (" + ", ".join(s.name for s in on) + ") cannot undo what they did.")
+    return None
 
 
 def _method_picker(catalog: dict[str, MethodStatus], label: str, only: Callable[[MethodStatus], bool] = lambda s: True,
@@ -859,142 +983,178 @@ def _gallery(label: str, columns: int, elem_id: str | None = None) -> gr.Gallery
                       interactive=False, elem_id=elem_id)
 
 
+def _examples(examples: list[str], target: gr.components.Component) -> None:
+    if examples:
+        gr.Examples(examples=[[p] for p in examples], inputs=[target], label="Examples")
+
+
+def _check_upload(path: str | None) -> None:
+    """Answer a bad upload as soon as it is made, before any click (runs outside the queue)."""
+    if path:
+        read_photo(path)
+
+
+def _photo_checked(**kwargs: Any) -> gr.Image:
+    """A :func:`photo_input` whose uploads are checked at once (not queued, not in the API)."""
+    photo = photo_input(**kwargs)
+    photo.upload(_check_upload, photo, None, queue=False, api_visibility="private")
+    return photo
+
+
+def _run_button(label: str, problem: str | None, elem_id: str | None = None) -> gr.Button:
+    if problem:
+        gr.Markdown(f"**This tab cannot run here.** {problem}")
+    return gr.Button(label, variant="primary", interactive=problem is None, elem_id=elem_id)
+
+
+@dataclass
+class _Tab:
+    """What one tab's event needs: its inputs, outputs, the controls' (method, name) pairs."""
+
+    inputs: list
+    outputs: list
+    control_keys: list
+    button: gr.Button
+
+
+def _anonymize_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: list) -> _Tab:
+    """Anonymize: one photo through several methods. Its media input is the first of ``inputs``: another
+    kind of input (a short video) joins as a second media component with its own task function."""
+    with gr.Row():
+        with gr.Column(scale=1):
+            photo = _photo_checked(label="Photo", elem_id="anon_photo")
+            _examples(examples, photo)
+            methods = _method_picker(catalog, "Methods")
+            key = gr.Textbox(value="", label="Key", type="password", elem_id="anon_key",
+                             info="any text; keep it secret. Empty: a random key is used and forgotten (no recovery)")
+            judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
+            with gr.Accordion("Method controls", open=False):
+                ctrls, keys = _control_inputs(catalog)
+                if not ctrls:
+                    gr.Markdown("The available methods have no controls besides the key.")
+            run = _run_button("Anonymize", tab_problem(catalog, "anonymize"), elem_id="anon_run")
+        with gr.Column(scale=2):
+            gallery = _gallery("Results", columns=3, elem_id="anon_gallery")
+            status = gr.Markdown(label="Status", elem_id="anon_status")
+            table = gr.Dataframe(elem_id="anon_table", label="Per face", interactive=False,
+                                 headers=["method", "face", "identity score vs original", "same person?", "status", "seconds"])
+            zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
+    return _Tab([photo, methods, key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
+
+
+def _recover_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: list) -> tuple[_Tab, _Tab]:
+    """Recover: anonymize-then-recover (right and wrong key), and recovery of a saved anonymized image."""
+    problem = tab_problem(catalog, "recover")
+    reversible = [s.name for s in catalog.values() if s.available and s.reversible]
+    gr.Markdown("### Anonymize, then recover with the right key and a wrong one")
+    with gr.Row():
+        with gr.Column(scale=1):
+            photo = _photo_checked(label="Photo", elem_id="rec_photo")
+            _examples(examples, photo)
+            methods = _method_picker(catalog, "Reversible methods", only=lambda s: s.reversible, default=3)
+            key = gr.Textbox(value="", label="Key", type="password",
+                             info="empty: a fresh random key for this run only; type your own to reuse it")
+            wrong = gr.Textbox(value="", label="Wrong key", info="empty = the key with ' (wrong)' appended", type="password")
+            judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
+            with gr.Accordion("Method controls", open=False):
+                ctrls, keys = _control_inputs(catalog, only=lambda s: s.reversible)
+            run = _run_button("Anonymize and recover", problem)
+        with gr.Column(scale=2):
+            gallery = _gallery("Anonymized, recovered with the right key, recovered with a wrong key", columns=3)
+            status = gr.Markdown(label="Status")
+            table = gr.Dataframe(label="Identity score per face", interactive=False,
+                                 headers=["method", "face", "anonymized vs original", "right key vs original", "wrong key vs original", "seconds"])
+            zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
+    roundtrip = _Tab([photo, methods, key, wrong, judge, *ctrls], [gallery, table, zipped, status], keys, run)
+
+    gr.Markdown("### Recover an anonymized image you saved (PNG; lossy formats lose what recovery needs)")
+    with gr.Row():
+        with gr.Column(scale=1):
+            f_photo = _photo_checked(label="Anonymized image", sources=["upload", "clipboard"], elem_id="file_photo")
+            f_method = gr.Dropdown(choices=reversible, value=reversible[0] if reversible else None, label="Method it was anonymized with")
+            f_key = gr.Textbox(value="", label="Key", type="password")
+            f_run = _run_button("Recover", None if problem is None else "See above.")
+        with gr.Column(scale=2):
+            out = gr.Image(label="Recovered", type="filepath", format="png", interactive=False)
+            report = gr.JSON(label="Report")
+            f_zip = gr.File(label="Download (PNG and JSON report)", interactive=False)
+    from_file = _Tab([f_photo, f_method, f_key, *ctrls], [out, report, f_zip], keys, f_run)
+    return roundtrip, from_file
+
+
+def _diversity_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: list) -> _Tab:
+    """Diversity: one face, N keys, one gallery row per method."""
+    with gr.Row():
+        with gr.Column(scale=1):
+            photo = _photo_checked(label="Photo (the largest face is measured)", elem_id="div_photo")
+            _examples(examples, photo)
+            methods = _method_picker(catalog, "Methods")
+            n_keys = gr.Slider(minimum=2, maximum=MAX_KEYS, value=4, step=1, label="Number of keys")
+            base_key = gr.Textbox(value="", label="Base key", type="password",
+                                  info="empty = fresh random keys; else keys are '<base>#1', '<base>#2', ...")
+            judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
+            with gr.Accordion("Method controls", open=False):
+                ctrls, keys = _control_inputs(catalog)
+            run = _run_button("Make the grid", tab_problem(catalog, "diversity"))
+        with gr.Column(scale=2):
+            gallery = _gallery("One row per method, one column per key", columns=4)
+            status = gr.Markdown(label="Status")
+            table = gr.Dataframe(label="Diversity", interactive=False,
+                                 headers=["method", "keys", "mean pairwise identity score", "mean identity score vs original", "seconds per key", "note"])
+            zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
+    # one gallery row per method: as many columns as keys
+    n_keys.change(lambda n: gr.Gallery(columns=int(n)), n_keys, gallery, queue=False, api_visibility="private")
+    return _Tab([photo, methods, n_keys, base_key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
+
+
+def _wire(tab: _Tab, task: Callable, names: list[str], api_name: str, catalog: dict[str, MethodStatus], cache: str) -> None:
+    """``tab.button`` runs ``task(catalog, *named inputs, control_keys, control values)``.
+
+    Not limited by Gradio's queue (``concurrency_limit=None``): the task checks its inputs at once and waits
+    for one of :data:`SLOTS` only for the heavy part, so bad requests are never stuck behind good ones."""
+    n = len(names)
+
+    def run(*args):
+        return task(catalog, *args[:n], tab.control_keys, args[n:])
+
+    handler = _handler(run, names, tab.control_keys, cache)
+    tab.button.click(handler, tab.inputs, tab.outputs, api_name=api_name, concurrency_limit=None)
+
+
+def _header(catalog: dict[str, MethodStatus]) -> None:
+    gr.Markdown(
+        f"# {TITLE}\nFace de-identification methods side by side: every face in the photo is detected, aligned, "
+        "changed and pasted back; everything else stays as it was. The identity similarity is measured by a face "
+        "recognizer that none of the methods uses. Uploads and results are kept on this server only while you "
+        f"use them (about {max(1, CACHE_SECONDS // 60)} minutes), readable by this app alone; downloads never "
+        "contain your original photo."
+    )
+    for text in (_weights_md(catalog), _unavailable_md(catalog)):
+        if text:
+            gr.Markdown(text)
+
+
 def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
-    """The Gradio Blocks app (queued, with a concurrency limit). ``catalog`` defaults to :func:`method_catalog`."""
+    """The Gradio Blocks app. ``catalog`` defaults to :func:`method_catalog`. Gradio's uploads and cache go
+    to this process's private folder (:func:`gradio_temp_dir`)."""
     catalog = method_catalog() if catalog is None else catalog
+    gradio_temp_dir()
     examples = example_photos()
     judges = [(JUDGE_LABELS[j], j) for j in JUDGES]
-    reversible = [s.name for s in catalog.values() if s.available and s.reversible]
-
-    with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(3600, 3600)) as demo:
-        gr.Markdown(
-            f"# {TITLE}\nFace de-identification methods side by side: every face in the photo is detected, aligned, "
-            "changed and pasted back; everything else stays as it was. The identity similarity is measured by a face "
-            "recognizer that none of the methods uses."
-        )
-        if _weights_md(catalog):
-            gr.Markdown(_weights_md(catalog))
-        if _unavailable_md(catalog):
-            gr.Markdown(_unavailable_md(catalog))
-
-        # ------------------------------------------------------------------ Anonymize
+    sweep = max(60, CACHE_SECONDS // 3)
+    with gr.Blocks(title=TITLE, analytics_enabled=False, delete_cache=(sweep, CACHE_SECONDS)) as demo:
+        _header(catalog)
+        cache = demo.GRADIO_CACHE
         with gr.Tab("Anonymize", id="anonymize"):
-            with gr.Row():
-                with gr.Column(scale=1):
-                    a_photo = photo_input(label="Photo", elem_id="anon_photo")
-                    if examples:
-                        gr.Examples(examples=[[p] for p in examples], inputs=[a_photo], label="Examples")
-                    a_methods = _method_picker(catalog, "Methods")
-                    a_key = gr.Textbox(value="", label="Key", type="password", elem_id="anon_key",
-                                       info="any text; keep it secret. Empty: a random key is used and forgotten (no recovery)")
-                    a_judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
-                    with gr.Accordion("Method controls", open=False):
-                        a_ctrls, a_keys = _control_inputs(catalog)
-                        if not a_ctrls:
-                            gr.Markdown("The available methods have no controls besides the key.")
-                    a_run = gr.Button("Anonymize", variant="primary", elem_id="anon_run")
-                with gr.Column(scale=2):
-                    a_gallery = _gallery("Results (original first)", columns=3, elem_id="anon_gallery")
-                    a_status = gr.Markdown(elem_id="anon_status")
-                    a_table = gr.Dataframe(elem_id="anon_table",
-                        headers=["method", "face", "identity score vs original", "same person?", "status", "seconds"],
-                        label="Per face", interactive=False,
-                    )
-                    a_zip = gr.File(label="Download results with JSON reports", interactive=False)
-
-            def _anonymize(photo, methods, key, judge, *ctrl):
-                return anonymize_photo(catalog, photo, methods, key, judge, a_keys, ctrl)
-
-            _anonymize = _handler(_anonymize, ["photo", "methods", "key", "judge"], a_keys, demo.GRADIO_CACHE)
-            a_run.click(_anonymize, [a_photo, a_methods, a_key, a_judge, *a_ctrls], [a_gallery, a_table, a_zip, a_status],
-                        api_name="anonymize")
-
-        # ------------------------------------------------------------------ Recover
+            _wire(_anonymize_tab(catalog, examples, judges), anonymize_photo,
+                  ["photo", "methods", "key", "judge"], "anonymize", catalog, cache)
         with gr.Tab("Recover", id="recover"):
-            if not reversible:
-                gr.Markdown("No reversible method is installed here, so there is nothing to recover with.")
-            gr.Markdown("### Anonymize, then recover with the right key and a wrong one")
-            with gr.Row():
-                with gr.Column(scale=1):
-                    r_photo = photo_input(label="Photo", elem_id="rec_photo")
-                    if examples:
-                        gr.Examples(examples=[[p] for p in examples], inputs=[r_photo], label="Examples")
-                    r_methods = _method_picker(catalog, "Reversible methods", only=lambda s: s.reversible, default=3)
-                    r_key = gr.Textbox(value=new_secret, label="Key", type="password", info="a fresh random key per visit; type your own to reuse it")
-                    r_wrong = gr.Textbox(value="", label="Wrong key", info="empty = the key with ' (wrong)' appended", type="password")
-                    r_judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
-                    with gr.Accordion("Method controls", open=False):
-                        r_ctrls, r_keys = _control_inputs(catalog, only=lambda s: s.reversible)
-                    r_run = gr.Button("Anonymize and recover", variant="primary")
-                with gr.Column(scale=2):
-                    r_gallery = _gallery("anonymized · recovered (right key) · recovered (wrong key)", columns=3)
-                    r_status = gr.Markdown()
-                    r_table = gr.Dataframe(
-                        headers=["method", "face", "anonymized vs original", "right key vs original", "wrong key vs original", "seconds"],
-                        label="Identity score per face (judge metric)", interactive=False,
-                    )
-                    r_zip = gr.File(label="Download results with JSON reports", interactive=False)
-
-            def _roundtrip(photo, methods, key, wrong_key, judge, *ctrl):
-                return recover_roundtrip(catalog, photo, methods, key, wrong_key, judge, r_keys, ctrl)
-
-            _roundtrip = _handler(_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], r_keys, demo.GRADIO_CACHE)
-
-            r_run.click(_roundtrip, [r_photo, r_methods, r_key, r_wrong, r_judge, *r_ctrls], [r_gallery, r_table, r_zip, r_status],
-                        api_name="recover_roundtrip")
-
-            gr.Markdown("### Recover an anonymized image you saved (PNG; lossy formats lose what recovery needs)")
-            with gr.Row():
-                with gr.Column(scale=1):
-                    f_photo = photo_input(label="Anonymized image", sources=["upload", "clipboard"], elem_id="file_photo")
-                    f_method = gr.Dropdown(choices=reversible, value=reversible[0] if reversible else None, label="Method it was anonymized with")
-                    f_key = gr.Textbox(value="", label="Key", type="password")
-                    f_run = gr.Button("Recover", variant="primary")
-                with gr.Column(scale=2):
-                    f_out = gr.Image(label="Recovered", type="filepath", format="png", interactive=False)
-                    f_report = gr.JSON(label="Report")
-                    f_zip = gr.File(label="Download", interactive=False)
-
-            def _recover_file(photo, method, key, *ctrl):
-                return recover_file(catalog, photo, method, key, r_keys, ctrl)
-
-            _recover_file = _handler(_recover_file, ["photo", "method", "key"], r_keys, demo.GRADIO_CACHE)
-
-            f_run.click(_recover_file, [f_photo, f_method, f_key, *r_ctrls], [f_out, f_report, f_zip], api_name="recover_file")
-
-        # ------------------------------------------------------------------ Diversity
+            roundtrip, from_file = _recover_tab(catalog, examples, judges)
+            _wire(roundtrip, recover_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], "recover_roundtrip", catalog, cache)
+            _wire(from_file, recover_file, ["photo", "method", "key"], "recover_file", catalog, cache)
         with gr.Tab("Diversity", id="diversity"):
-            with gr.Row():
-                with gr.Column(scale=1):
-                    d_photo = photo_input(label="Photo (the largest face is measured)", elem_id="div_photo")
-                    if examples:
-                        gr.Examples(examples=[[p] for p in examples], inputs=[d_photo], label="Examples")
-                    d_methods = _method_picker(catalog, "Methods")
-                    d_n = gr.Slider(minimum=2, maximum=MAX_KEYS, value=4, step=1, label="Number of keys")
-                    d_key = gr.Textbox(value="", label="Base key", info="empty = fresh random keys; else keys are '<base>#1', '<base>#2', ...", type="password")
-                    d_judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
-                    with gr.Accordion("Method controls", open=False):
-                        d_ctrls, d_keys = _control_inputs(catalog)
-                    d_run = gr.Button("Make the grid", variant="primary")
-                with gr.Column(scale=2):
-                    d_gallery = _gallery("One row per method, one column per key", columns=4)
-                    d_status = gr.Markdown()
-                    d_table = gr.Dataframe(
-                        headers=["method", "keys", "mean pairwise identity score", "mean identity score vs original", "seconds per key", "note"],
-                        label="Diversity (SFace cosine: lower = more diverse; dlib distance: higher = more diverse)", interactive=False,
-                    )
-                    d_zip = gr.File(label="Download results with JSON reports", interactive=False)
-
-            def _diversity(photo, methods, n_keys, base_key, judge, *ctrl):
-                return diversity_grid(catalog, photo, methods, n_keys, base_key, judge, d_keys, ctrl)
-
-            _diversity = _handler(_diversity, ["photo", "methods", "n_keys", "base_key", "judge"], d_keys, demo.GRADIO_CACHE)
-
-            # one gallery row per method: as many columns as keys
-            d_n.change(lambda n: gr.Gallery(columns=int(n)), d_n, d_gallery, queue=False, api_visibility="private")
-            d_run.click(_diversity, [d_photo, d_methods, d_n, d_key, d_judge, *d_ctrls], [d_gallery, d_table, d_zip, d_status],
-                        api_name="diversity")
-
+            _wire(_diversity_tab(catalog, examples, judges), diversity_grid,
+                  ["photo", "methods", "n_keys", "base_key", "judge"], "diversity", catalog, cache)
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component) and getattr(block, "interactive", None) is not False:
             _gradio_checks_as_user_errors(block)
@@ -1008,11 +1168,13 @@ def launch(demo: gr.Blocks | None = None, *, server_port: int | None = None, ser
     port = server_port or int(os.environ.get("PORT") or os.environ.get("GRADIO_SERVER_PORT") or 7860)
     kwargs.setdefault("max_file_size", MAX_UPLOAD)
     kwargs.setdefault("show_error", False)  # gr.Error messages are shown; other exceptions are not dumped
+    # threads for every request that may be waiting for a slot, plus room for quick answers
+    kwargs.setdefault("max_threads", CONCURRENCY + QUEUE_SIZE + 16)
     # the example photos' folders only: request files reach users through Gradio's cache (see _hand_over)
     kwargs.setdefault("allowed_paths", sorted({str(Path(p).parent) for p in example_photos()}))
     return demo.launch(server_port=port, server_name=server_name or os.environ.get("GRADIO_SERVER_NAME"), **kwargs)
 
 
 if __name__ == "__main__":
-    logging.basicConfig(level=logging.INFO)
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     launch()

@@ -43,7 +43,7 @@ from zoo.methods.base import Control, DeidMethod  # noqa: E402
 
 TIMEOUT = 120  # seconds for one request; the machine may be shared and slow
 KEY = "correct horse battery staple"
-TEST_METHODS = ("shift", "needs_weights", "toy")
+TEST_METHODS = ("shift", "needs_weights", "toy", "slow")
 
 
 class KeyedShift(DeidMethod):
@@ -68,6 +68,22 @@ class KeyedShift(DeidMethod):
 
     def recover_faces(self, y, keys, amount=0.5):
         return (y - self._offset(y, keys, amount)).clamp(-1, 1)
+
+
+class SlowBlur(KeyedShift):
+    """Test method that holds a slot for ``SLOW_SECONDS`` per photo (the app under load)."""
+
+    name = "slow"
+    reversible = False
+
+    def anonymize(self, *args, **kwargs):
+        import time
+
+        time.sleep(SLOW_SECONDS)
+        return super().anonymize(*args, **kwargs)
+
+
+SLOW_SECONDS = 2.0
 
 
 def _free_port() -> int:
@@ -116,14 +132,15 @@ def app(installed, checkpoints):
     registry.register_method("needs_weights", f"{__name__}:KeyedShift", default_repo="zoo-test/never-downloaded")
     # a neural method whose default weights are absent: usable only through the local checkpoint folder
     registry.register_method("toy", "training.toy:ToyMethod", default_repo="zoo-test/toy-never-downloaded")
-    catalog = space_app.method_catalog([*installed, "shift", "needs_weights", "toy"], checkpoints=str(checkpoints))
+    registry.register_method("slow", f"{__name__}:SlowBlur")
+    catalog = space_app.method_catalog([*installed, "shift", "needs_weights", "toy", "slow"], checkpoints=str(checkpoints))
     demo = space_app.build_app(catalog)
     _, url, _ = space_app.launch(demo, server_port=_free_port(), server_name="127.0.0.1", prevent_thread_lock=True,
                                  quiet=True, max_file_size="2mb")
     client = Client(url, verbose=False, download_files=True)
     yield {"url": url, "client": client, "catalog": catalog, "demo": demo}
     demo.close()
-    for name in ("shift", "needs_weights", "toy"):
+    for name in TEST_METHODS:
         registry._REGISTRY.pop(name, None)
 
 
@@ -170,9 +187,9 @@ def test_anonymize_tab_every_installed_method(app, photo, installed):
     methods = [*installed, "shift", "toy"]
     gallery, table, zip_path, status = _call(app, "/anonymize", handle_file(str(photo)), methods, KEY, "sface")
     original = _rgb(photo)
-    assert [g["caption"].split(" · ")[0] for g in gallery] == ["original", *methods]
+    assert [g["caption"].split(" · ")[0] for g in gallery] == methods  # results only: the original stays in the input
     box = _face_box(photo)
-    for item in gallery[1:]:
+    for item in gallery:
         out = _rgb(item["image"])
         assert out.shape == original.shape, item["caption"]
         assert _err(out, original, box) > 2.0, f"{item['caption']}: the face did not change"
@@ -184,7 +201,8 @@ def test_anonymize_tab_every_installed_method(app, photo, installed):
     fingerprint = Secret(KEY).fingerprint
     assert fingerprint in status
     # downloads are named after what they hold
-    assert [Path(g["image"]).name for g in gallery] == ["original.png", *(f"anonymized_{m}.png" for m in methods)]
+    assert [Path(g["image"]).name for g in gallery] == [f"anonymized_{m}.png" for m in methods]
+    assert all(not np.array_equal(_rgb(g["image"]), original) for g in gallery)
     assert Path(zip_path).name == f"anonymized_{_download_tag(methods)}.zip"
     with zipfile.ZipFile(zip_path) as zf:
         names = set(zf.namelist())
@@ -335,7 +353,7 @@ def test_zoo_methods_env_and_broken_checkpoint(monkeypatch, tmp_path, photo):
         catalog = space_app.method_catalog(["blur", "toy_broken"], checkpoints=str(tmp_path))
         assert catalog["toy_broken"].available  # the folder exists; loading is what fails
         gallery, rows, zip_path, status = space_app.anonymize_photo(catalog, str(photo), ["blur", "toy_broken"], KEY, None, [], [])
-        assert [caption.split(" · ")[0] for _, caption in gallery] == ["original", "blur"]
+        assert [caption.split(" · ")[0] for _, caption in gallery] == ["blur"]
         assert "toy_broken" in status and "could not load" in status
         with pytest.raises(gr.Error, match="Every chosen method failed"):
             space_app.anonymize_photo(catalog, str(photo), ["toy_broken"], KEY, None, [], [])
@@ -364,7 +382,7 @@ def test_method_failures_logged_by_kind(app, photo, caplog):
     finally:
         registry._REGISTRY.pop("broken", None)
         space_app._METHODS.pop("broken", None)
-    assert [caption.split(" · ")[0] for _, caption in gallery] == ["original", "blur"]
+    assert [caption.split(" · ")[0] for _, caption in gallery] == ["blur"]
     assert "shift** failed" in status and "above its maximum" in status and "RuntimeError: internal bug" in status
     (user,) = [r for r in caplog.records if r.getMessage().startswith("shift failed")]
     assert user.levelno == logging.WARNING and user.exc_info is None and "\n" not in user.getMessage()
@@ -390,7 +408,7 @@ def test_request_files_are_private_and_handed_over(app, photo, tmp_path):
     assert run.parent == base and Path(zip_path).name == "anonymized_shift-blur.zip"
     folders = [base, run, *(d for d in run.rglob("*") if d.is_dir())]
     files = [f for f in run.rglob("*") if f.is_file()]
-    assert {f.name for f in files} == {"original.png", "anonymized_shift-blur.zip", "anonymized_shift.png",
+    assert {f.name for f in files} == {"anonymized_shift-blur.zip", "anonymized_shift.png",
                                        "anonymized_blur.png", "anonymized_shift.json", "anonymized_blur.json"}
     assert all(_mode(d) == 0o700 for d in folders), {str(d): oct(_mode(d)) for d in folders}
     assert all(_mode(f) == 0o600 for f in files), {f.name: oct(_mode(f)) for f in files}
@@ -416,6 +434,97 @@ def test_served_files_leave_nothing_behind(app, photo):
     gallery, _table, zipped, _status = client.predict(handle_file(str(photo)), ["shift"], KEY, "sface", api_name="/anonymize")
     assert set(base.iterdir()) <= before  # no request folder is left in the app's folder
     served = [Path(g["image"]["path"]) for g in gallery] + [Path(zipped["path"])]
-    assert [p.name for p in served] == ["original.png", "anonymized_shift.png", "anonymized_shift.zip"]
+    assert [p.name for p in served] == ["anonymized_shift.png", "anonymized_shift.zip"]
     for p in served:
         assert p.is_relative_to(app["demo"].GRADIO_CACHE) and _mode(p) == 0o600 and _mode(p.parent) == 0o700, p
+
+
+def test_page_and_api_publish_no_key_and_name_every_output(app):
+    """No key is fixed at start-up and published (page config or API page); every API output has a name;
+    no library advice (``local_dir=...``) is offered to a visitor."""
+    demo = app["demo"]
+    config = demo.get_config_file()
+    for c in config["components"]:
+        if c.get("type") == "textbox" and c["props"].get("type") == "password":
+            assert c["props"].get("value") in ("", None), c["props"]
+    text = json.dumps(config)
+    assert "local_dir" not in text and "hf download" not in text
+    api = demo.get_api_info()["named_endpoints"]
+    assert set(api) == {"/anonymize", "/recover_roundtrip", "/recover_file", "/diversity"}, set(api)
+    for name, endpoint in api.items():
+        for p in endpoint["parameters"]:
+            if p["parameter_name"].endswith("key"):
+                assert p.get("parameter_default") in ("", None), (name, p)
+        labels = [r["label"] for r in endpoint["returns"]]
+        assert all(label and not label.startswith("value_") for label in labels), (name, labels)
+    assert [r["label"] for r in api["/anonymize"]["returns"]] == ["Results", "Per face", "Download (PNGs and JSON reports)", "Status"]
+
+
+def test_recover_without_a_key_uses_a_fresh_one_per_run(app, photo):
+    outs = [space_app.recover_roundtrip(app["catalog"], str(photo), ["shift"], "", "", None, [], []) for _ in range(2)]
+    prints = [status.split("`")[1] for *_rest, status in outs]
+    assert prints[0] != prints[1] and all("fresh random key for this run" in s for *_r, s in outs)
+
+
+def test_tabs_that_cannot_work_say_why_before_any_click():
+    catalog = space_app.method_catalog(["blur", "pixelate"], checkpoints="")
+    assert space_app.tab_problem(catalog, "anonymize") is None
+    assert "No reversible method" in space_app.tab_problem(catalog, "recover")
+    demo = space_app.build_app(catalog)
+    comps = demo.get_config_file()["components"]
+    texts = " ".join(str(c["props"].get("value")) for c in comps if c.get("type") == "markdown")
+    assert "This tab cannot run here." in texts and "No reversible method is installed" in texts
+    buttons = {c["props"]["value"]: c["props"].get("interactive") for c in comps if c.get("type") == "button"}
+    assert buttons["Anonymize and recover"] is False and buttons["Recover"] is False
+    assert buttons["Anonymize"] is not False and buttons["Make the grid"] is not False
+    nothing = space_app.method_catalog(["no_such_method"], checkpoints="")
+    assert "No method can run" in space_app.tab_problem(nothing, "anonymize")
+
+
+def test_uploads_are_checked_as_they_arrive(app):
+    """Every photo input has an upload event outside the queue, so a bad file is answered before any click."""
+    config = app["demo"].get_config_file()
+    photos = {c["id"] for c in config["components"] if c.get("type") == "image" and c["props"].get("interactive") is not False}
+    checked = {t[0] for d in config["dependencies"] if d.get("queue") is False for t in d["targets"] if t[1] == "upload"}
+    assert photos and photos <= checked, (photos, checked)
+    with pytest.raises(Exception, match="Not a readable image"):
+        space_app._check_upload(__file__)
+
+
+def test_gradio_cache_is_private_to_the_process(app, photo):
+    """Gradio's uploads and served files live in this process's 0700 folder, not the shared /tmp/gradio."""
+    cache = Path(app["demo"].GRADIO_CACHE)
+    assert cache == space_app.gradio_temp_dir() and cache.name.startswith("deid_zoo_gradio_")
+    assert _mode(cache) == 0o700
+    client = Client(app["url"], verbose=False, download_files=False)
+    uploaded = client.predict(handle_file(str(photo)), ["shift"], KEY, "sface", api_name="/anonymize")
+    assert Path(uploaded[2]["path"]).is_relative_to(cache)
+    uploads = [f for f in cache.rglob(photo.name)]
+    assert uploads, "the upload is not in the app's private Gradio folder"
+    for f in uploads:
+        assert _mode(f) & 0o077 == 0, (f, oct(_mode(f)))
+
+
+def test_bad_uploads_answered_at_once_under_load(app, photo, tmp_path):
+    """While slow jobs fill every slot (and wait for one), a bad upload is refused in under a second."""
+    import time
+
+    client = app["client"]
+    not_image = tmp_path / "notes.png"
+    not_image.write_text("not a picture\n" * 20)
+    n_slow = space_app.SLOTS.limit + 4
+    slow = [client.submit(handle_file(str(photo)), ["slow"], KEY, "sface", api_name="/anonymize") for _ in range(n_slow)]
+    try:
+        time.sleep(1.0)  # the slow jobs have started and hold every slot
+        waits = []
+        for bad in ((handle_file(str(not_image)), ["shift"], KEY, "sface"), (handle_file(str(photo)), [], KEY, "sface")):
+            t0 = time.perf_counter()
+            with pytest.raises(Exception, match="Not a readable image|choose at least one method"):
+                client.submit(*bad, api_name="/anonymize").result(timeout=TIMEOUT)
+            waits.append(time.perf_counter() - t0)
+        busy = sum(not j.done() for j in slow)
+    finally:
+        results = [j.result(timeout=TIMEOUT) for j in slow]
+    assert busy >= n_slow - space_app.SLOTS.limit, busy  # the load was still there when the bad uploads came
+    assert max(waits) < 1.0, waits
+    assert all(len(r[0]) == 1 for r in results)  # the slow jobs all finished

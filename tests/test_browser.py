@@ -188,13 +188,14 @@ def test_anonymize_example_in_the_browser(browser, tmp_path):
     )
     b.js("document.querySelector('#anon_run').click()")
     b.wait_for(
-        f"{GALLERY_IMGS}.length >= 2 && {GALLERY_IMGS}.every(i => i.complete && i.naturalWidth > 0)"
+        f"{GALLERY_IMGS}.length >= 1 && {GALLERY_IMGS}.every(i => i.complete && i.naturalWidth > 0)"
         " && document.querySelector('#anon_status').innerText.includes('face(s) found')",
         timeout=120,
     )
     sizes = b.js(f"{GALLERY_IMGS}.map(i => [i.naturalWidth, i.naturalHeight])")
-    assert len(sizes) == 1 + len(checked)  # the original, then one result per chosen method
-    assert all(s == sizes[0] for s in sizes), sizes  # every result has the original's size
+    original = b.js("(() => { const i = document.querySelector('#anon_photo img'); return [i.naturalWidth, i.naturalHeight]; })()")
+    assert len(sizes) == len(checked)  # one result per chosen method; the original stays in the input
+    assert all(s == original for s in sizes), (sizes, original)  # every result has the original's size
     status = b.js("document.querySelector('#anon_status').innerText")
     assert int(status.split(" face(s) found")[0].split()[-1]) >= 1, status
     assert Secret(KEY).fingerprint in status and KEY not in b.js("document.body.innerText"), status
@@ -215,9 +216,8 @@ def test_non_image_upload_shows_a_readable_error(browser, tmp_path):
     bad = tmp_path / "holiday.png"
     bad.write_text("this is a text file with a .png name\n" * 40)
     b.set_file("#anon_photo input[type=file]", bad)
-    time.sleep(1.0)
-    b.js("document.querySelector('#anon_run').click()")
-    b.wait_for("!!document.querySelector('.toast-body.error')", timeout=60)
+    # the upload itself is checked: the error shows before any click
+    b.wait_for("!!document.querySelector('.toast-body.error')", timeout=30)
     message = b.js("document.querySelector('.toast-body.error').innerText")
     assert "Not a readable image" in message and "holiday.png" in message, message
     assert "Traceback" not in message and "/tmp/" not in message, message
