@@ -3,6 +3,9 @@
     python -m zoo anonymize photos/ extra.jpg "more/*.png" --method blur --method pixelate --out out/
     python -m zoo anonymize group.jpg --method dbaf --key-file my.key --out out/
     python -m zoo recover out/group__dbaf.png --method dbaf --key-file my.key --out restored/
+    python -m zoo anonymize clip.mp4 --method personal --key-file my.key --out out/        # video
+    python -m zoo anonymize clip.mp4 --method personal --key-file my.key --lossless --out out/   # FFV1 .mkv
+    python -m zoo anonymize-dataset photos/ --method blur --out anon_ds/                 # a datasets dataset
     python -m zoo list
     python -m zoo info blur
 
@@ -14,8 +17,10 @@ get a fresh random key that is never shown, so the result cannot be recovered.
 
 For every input and method the CLI writes ``OUT/<name>__<method>.png`` (``..._recovered.png`` for
 recover) and a JSON report next to it (faces found, boxes, method, key fingerprint, fallbacks; never
-the key). Files are written atomically. A bad input is reported and skipped; the exit status is 1
-when any input failed, 0 otherwise.
+the key). Videos (.mp4 .mov .m4v .mkv .webm .avi) give ``OUT/<name>__<method>.<ext>`` (same container;
+``.mkv`` with ``--lossless``) with the audio kept, each tracked face keeping one key (:mod:`zoo.video`).
+Files are written atomically. A bad input is reported and skipped; the exit status is 1 when any input
+failed, 0 otherwise.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"}
+VIDEO_EXTS = {".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi"}  # = zoo.video.VIDEO_EXTS (not imported: PyAV is lazy)
 
 
 class CLIError(Exception):
@@ -56,7 +62,7 @@ def expand_inputs(items: Sequence[str]) -> list[tuple[Path, Path]]:
             continue
         p = Path(item).expanduser()
         if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS and not f.name.startswith("."))
+            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS | VIDEO_EXTS and not f.name.startswith("."))
             found += [(f, f.relative_to(p).with_suffix("")) for f in files]
         elif p.is_file():
             found.append((p, Path(p.stem)))
@@ -123,16 +129,39 @@ def read_key(args: argparse.Namespace) -> tuple[bytes | str | None, str]:
     return None, "none (random, not recoverable)"
 
 
-def output_paths(out_dir: Path, stem: Path, method: str, operation: str, used: set[Path]) -> tuple[Path, Path]:
+def output_paths(out_dir: Path, stem: Path, method: str, operation: str, used: set[Path], ext: str = ".png") -> tuple[Path, Path]:
     suffix = f"__{method}" + ("_recovered" if operation == "recover" else "")
     base = out_dir / stem.parent / f"{stem.name}{suffix}"
     candidate, n = base, 1
-    while candidate.with_suffix(".png") in used:
+    while candidate.with_suffix(ext) in used or candidate.with_suffix(".json") in used:
         n += 1
         candidate = base.with_name(f"{base.name}_{n}")
-    image_path = candidate.with_suffix(".png")
+    image_path = candidate.with_suffix(ext)
     used.add(image_path)
+    used.add(candidate.with_suffix(".json"))
     return image_path, candidate.with_suffix(".json")
+
+
+def _video_faces_from(path: Path, method: str) -> dict | None:
+    """The anonymize report next to a video (``clip__m.mp4`` -> ``clip__m.json``) when it is a video
+    report of ``method``: its per-frame faces and track ids drive recovery."""
+    report = path.with_suffix(".json")
+    try:
+        data = json.loads(report.read_text())
+    except (OSError, ValueError):
+        return None
+    if isinstance(data, dict) and data.get("kind") == "video" and data.get("method") == method and data.get("operation") == "anonymize":
+        return data
+    return None
+
+
+def _run_video_job(args, operation, method, path: Path, out_path: Path, key, controls: dict) -> Any:
+    from .video import anonymize_video, recover_video
+
+    opts = {"lossless": args.lossless, "max_gap": args.max_gap, "progress": not args.quiet}
+    if operation == "anonymize":
+        return anonymize_video(method, path, out_path, key=key, **opts, **controls)
+    return recover_video(method, path, out_path, key, faces_from=_video_faces_from(path, method.name), **opts, **controls)
 
 
 # ---------------------------------------------------------------------- commands
@@ -215,12 +244,25 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         stretched = as_secret(key)
     run_keys = {name: (m.run_secret(key, stretched) if (key is not None and m.uses_key) else None) for name, m in loaded.items()}
     jobs = [(path, stem, name) for path, stem in inputs for name in loaded]
-    bar = tqdm(jobs, desc=operation, unit="img", disable=args.quiet or None, file=sys.stderr)
+    bar = tqdm(jobs, desc=operation, unit="file", disable=args.quiet or None, file=sys.stderr)
     for path, stem, name in bar:
         method = loaded[name]
-        image_path, report_path = output_paths(out_dir, stem, name, operation, used)
+        video = path.suffix.lower() in VIDEO_EXTS
+        ext = (".mkv" if args.lossless else path.suffix.lower()) if video else ".png"
+        image_path, report_path = output_paths(out_dir, stem, name, operation, used, ext)
         try:
             t0 = time.perf_counter()
+            if video:
+                if args.aligned:
+                    raise CLIError("--aligned takes images, not videos")
+                vres = _run_video_job(args, operation, method, path, image_path, run_keys[name], controls)
+                report = vres.report()
+                report.update({"key_source": key_source, "zoo_version": __version__, "wall_seconds": round(time.perf_counter() - t0, 4)})
+                write_text_atomic(json.dumps(report, indent=2) + "\n", report_path)
+                done += 1
+                if args.quiet is False and bar.disable:
+                    print(f"{path} -> {image_path} ({vres.frames} frames, {len(vres.tracks)} track(s), {vres.fallbacks} fallback(s))", file=sys.stderr)
+                continue
             fn = method.anonymize if operation == "anonymize" else method.recover
             result = fn(str(path), key=run_keys[name], aligned=args.aligned, **controls)
             report = result.report()
@@ -246,9 +288,9 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
             tqdm.write(f"error: {msg}", file=sys.stderr)
     bar.close()
     total = len(inputs) * len(methods)
-    print(f"{operation}: {done} of {total} image(s) written to {out_dir}; {len(failures)} failure(s)", file=sys.stderr)
-    for f in failures:
-        print(f"  failed: {f}", file=sys.stderr)
+    # each failure was printed once, as it happened: the summary only counts them
+    print(f"{operation}: {done} of {total} image(s) written to {out_dir}; {len(failures)} failure(s)"
+          + (" (shown above)" if failures else ""), file=sys.stderr)
     return 1 if failures else 0
 
 
@@ -323,6 +365,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")
         s.add_argument("--revision", help="Hub revision of the method's weights")
         s.add_argument("--max-megapixels", type=float, help="largest accepted image (default 40)")
+        s.add_argument("--lossless", action="store_true", help="videos: write FFV1 in .mkv (keeps the demo methods' latent carrier, so recovery is exact; large files)")
+        s.add_argument("--max-gap", type=int, default=5, help="videos: frames a tracked face may go undetected and still be processed (default 5)")
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     s = sub.add_parser("list", help="list the methods, their controls and whether their weights are here")
     s.add_argument("--json", action="store_true")
