@@ -294,6 +294,41 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
     return 1 if failures else 0
 
 
+def cmd_anonymize_dataset(args: argparse.Namespace) -> int:
+    """``anonymize-dataset SRC --method M --out DIR``: a datasets dataset with anonymized images + reports."""
+    from .dataset_anonymize import DatasetError, anonymize_dataset
+
+    methods = parse_methods(args.method)
+    if len(methods) != 1:
+        raise CLIError("anonymize-dataset takes one --method")
+    controls: dict[str, Any] = parse_controls(args.control)
+    if args.min_face_score is not None:
+        if not 0.0 < args.min_face_score < 1.0:
+            raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
+        controls["min_face_score"] = args.min_face_score
+    if args.num_proc is not None and args.num_proc < 1:
+        raise CLIError("--num-proc must be at least 1")
+    key, key_source = read_key(args)
+    load_kwargs = {k: v for k, v in (("local_dir", args.local_dir), ("revision", args.revision)) if v}
+    if args.device:
+        load_kwargs["device"] = args.device
+    try:
+        summary = anonymize_dataset(
+            methods[0], args.source, args.out, key=key, split=args.split, image_column=args.image_column,
+            num_proc=args.num_proc, batch_size=args.batch_size, shard_size=args.shard_size,
+            push_to_hub=args.push_to_hub, load_kwargs=load_kwargs, progress=not args.quiet, **controls,
+        )
+    except (DatasetError, KeyError) as err:
+        raise CLIError(str(err).strip("'\"")) from None
+    if summary.get("rows") is not None:
+        print(
+            f"anonymize-dataset: {summary['rows']} row(s) -> {summary['output']} ({summary['new_shards']} shard(s) done now, "
+            f"{summary['resumed_shards']} resumed; {summary['failed_rows']} row(s) failed and were blurred; key: {key_source})",
+            file=sys.stderr,
+        )
+    return 1 if summary.get("failed_rows") else 0
+
+
 def cmd_list(args: argparse.Namespace) -> int:
     from .registry import info, list_methods
 
@@ -368,6 +403,24 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--lossless", action="store_true", help="videos: write FFV1 in .mkv (keeps the demo methods' latent carrier, so recovery is exact; large files)")
         s.add_argument("--max-gap", type=int, default=5, help="videos: frames a tracked face may go undetected and still be processed (default 5)")
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    s = sub.add_parser("anonymize-dataset", help="anonymize an image folder or a datasets dataset", description="Anonymize every image of an image folder, a saved datasets dataset or a Hub dataset; writes a datasets dataset (save_to_disk) with the anonymized images and a deid_report column. Resumable.")
+    s.add_argument("source", help="image folder, save_to_disk folder, or Hub dataset id")
+    s.add_argument("--method", "-m", action="append", help="method name (one)")
+    s.add_argument("--out", "-o", required=True, help="output folder (datasets.load_from_disk reads it)")
+    s.add_argument("--key", help="secret text (prefer --key-file or ZOO_KEY)")
+    s.add_argument("--key-file", help="file whose bytes are the secret (one trailing newline removed)")
+    s.add_argument("--split", help="split of a Hub / DatasetDict source")
+    s.add_argument("--image-column", help="image column (default: the first Image column)")
+    s.add_argument("--num-proc", type=int, help="worker processes for Dataset.map on this machine")
+    s.add_argument("--batch-size", type=int, default=8, help="rows per map batch (default 8)")
+    s.add_argument("--shard-size", type=int, default=256, help="rows per resumable shard (default 256)")
+    s.add_argument("--push-to-hub", metavar="REPO_ID", help="also push the result to this Hub dataset repo (private)")
+    s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1)")
+    s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control (repeatable)")
+    s.add_argument("--device", help="torch device (default: the process's accelerate device)")
+    s.add_argument("--local-dir", help="load the method's weights from this folder")
+    s.add_argument("--revision", help="Hub revision of the method's weights")
+    s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     s = sub.add_parser("list", help="list the methods, their controls and whether their weights are here")
     s.add_argument("--json", action="store_true")
     s = sub.add_parser("info", help="print one method's capabilities as JSON")
@@ -390,6 +443,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command in ("anonymize", "recover"):
             return run_images(args, args.command)
+        if args.command == "anonymize-dataset":
+            return cmd_anonymize_dataset(args)
         if args.command == "list":
             return cmd_list(args)
         return cmd_info(args)
