@@ -343,3 +343,62 @@ def test_two_process_ddp_on_cpu(tmp_path):
     torch.manual_seed(0)
     init = ToyMethod.from_config(load_config(cfg))
     assert not torch.equal(init.components["anonymizer"].out.weight, trained.components["anonymizer"].out.weight)
+
+
+# ------------------------------------------------------------------ the training protocol (training/protocol.py)
+def test_every_trainable_method_follows_the_protocol():
+    """The classes the configs name implement the typed protocol; zoo methods do so without importing training."""
+    import yaml
+
+    from training.protocol import TrainableMethod, check_trainable
+    from training.train import resolve_method_class
+
+    names = set()
+    for path in (ROOT / "training" / "configs").glob("*.yaml"):  # the configs train.py runs: stages with optimizers
+        cfg = yaml.safe_load(path.read_text())
+        if isinstance(cfg, dict) and cfg.get("method") and any("optimizer" in (v or {}) for v in (cfg.get("stages") or {}).values()):
+            names.add(cfg["method"])
+    assert {"dbaf", "personal", "zoo.methods.dbaf:DBAFDemo", "training.toy:ToyMethod"} <= names
+    for name in sorted(names):
+        cls = resolve_method_class(name)
+        assert check_trainable(cls) is cls, name
+    toy = ToyMethod.from_config(toy_config(resolution=RES))
+    assert isinstance(toy, TrainableMethod)  # structural: ToyMethod never names the protocol
+
+
+def test_trainer_refuses_a_class_outside_the_protocol_before_building_anything(image_dir, tmp_path):
+    from training.protocol import ProtocolError
+
+    class NoLosses(ToyMethod):  # looks like a method, but a member of the protocol is missing
+        compute_losses = None
+
+    with pytest.raises(ProtocolError, match=r"cannot be trained: it lacks compute_losses of the training protocol"):
+        train(NoLosses, _cfg(image_dir), 1, tmp_path / "never", progress=False, log_with=None)
+
+    class NoStages(ToyMethod):
+        stages = []
+
+    with pytest.raises(ProtocolError, match=r"lacks stages"):
+        train(NoStages, _cfg(image_dir), 1, tmp_path / "never", progress=False, log_with=None)
+    with pytest.raises(ValueError, match=r"trains in stages \(1, 2\), not 3"):
+        train(ToyMethod, {**_cfg(image_dir), "stages": {3: _cfg(image_dir)["stages"][1]}}, 3, tmp_path / "never", progress=False, log_with=None)
+    assert not (tmp_path / "never").exists()
+
+
+def test_trainer_checks_what_the_method_returns(image_dir, tmp_path):
+    from training.protocol import ProtocolError
+
+    class BadLosses(ToyMethod):
+        def compute_losses(self, stage, group, batch, step):
+            loss, _terms = super().compute_losses(stage, group, batch, step)
+            return loss  # not (loss, terms)
+
+    with pytest.raises(ProtocolError, match=r"compute_losses\(\.\.\., group='d'\) must return \(scalar loss tensor"):
+        train(BadLosses, _cfg(image_dir, steps=1), 1, tmp_path / "bad", progress=False, log_with=None)
+
+    class NoGroups(ToyMethod):
+        def trainable_parameters(self, stage):
+            return {}
+
+    with pytest.raises(ProtocolError, match=r"trainable_parameters\(1\) returned no groups"):
+        train(NoGroups, _cfg(image_dir, steps=1), 1, tmp_path / "none", progress=False, log_with=None)

@@ -3,7 +3,8 @@
     accelerate launch training/train.py --method dbaf --stage 1 --config training/configs/dbaf.yaml
     python training/train.py --method dbaf --stage 1 --config training/configs/dbaf_tiny.yaml --max-steps 20
 
-The method implements the protocol of ``training/PROTOCOL.md``; this file owns everything else:
+The method implements ``training.protocol.TrainableMethod`` (explained in ``training/PROTOCOL.md``; checked
+before anything is built); this file owns everything else:
 optimizers (``training.optim``), EMA (``training.ema``), data (``training.data``), mixed precision,
 gradient accumulation, checkpoints (accelerate state for ``--resume`` + the method's
 ``save_pretrained`` folder), time-bounded runs, progress bar, trackers, sample grids and the Hub push.
@@ -31,12 +32,15 @@ import os
 import shutil
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import numpy as np
 import torch
 from torch import nn
+
+from training.protocol import AfterOptimizerStep, check_groups, check_losses, check_trainable
 
 __all__ = ["train", "load_config", "resolve_method_class", "check_push_to_hub", "main"]
 
@@ -68,9 +72,17 @@ def resolve_method_class(name: str) -> type:
         # a method still being trained is not registered yet: try zoo.methods.<name>
         module = importlib.import_module(f"zoo.methods.{name.lower()}")
         for obj in vars(module).values():
-            if isinstance(obj, type) and getattr(obj, "name", None) == name.lower() and hasattr(obj, "from_config"):
+            if isinstance(obj, type) and getattr(obj, "name", None) == name.lower() and _follows_protocol(obj):
                 return obj
         raise
+
+
+def _follows_protocol(cls: type) -> bool:
+    try:
+        check_trainable(cls)
+    except TypeError:
+        return False
+    return True
 
 
 def check_push_to_hub(repo_id: str) -> None:
@@ -206,6 +218,255 @@ def _render_card(method_name: str, model_dir: Path, repo_id: str, info: Mapping[
 
 
 # ============================================================ the trainer
+@dataclass
+class _Run:
+    """One invocation of :func:`train`: the settings it resolved and what it built, shared by its steps."""
+
+    cls: type
+    cfg: dict[str, Any]
+    stage: int
+    seed: int
+    total_steps: int
+    batch_size: int
+    grad_accum: int
+    out: Path
+    mixed_precision: str
+    log_with: str | None
+    accelerator: Any = None
+    method: Any = None
+    groups: dict[str, list[nn.Parameter]] = field(default_factory=dict)
+    optimizers: dict[str, Any] = field(default_factory=dict)  # prepared by accelerate, in update order
+    model: Any = None  # the prepared _MethodModule
+    ema: Any = None
+    ema_group: str | None = None
+    counter: _Counter = field(default_factory=_Counter)
+    checked: set = field(default_factory=set)  # groups whose compute_losses output was checked
+
+    @property
+    def state_dir(self) -> Path:
+        return self.out / "state"
+
+    @property
+    def model_dir(self) -> Path:
+        return self.out / "model"
+
+    @property
+    def world(self) -> int:
+        return self.accelerator.num_processes
+
+    def ema_applied(self):
+        return self.ema.applied() if self.ema is not None else contextlib.nullcontext()
+
+
+def _resolve_run(method, config, stage, output_dir, *, max_steps, grad_accum, seed, mixed_precision, log_with) -> _Run:
+    """Settings of a run, checked before anything is built: the method class follows the training protocol
+    and trains in ``stage``, and the config has that stage."""
+    cfg = load_config(config)
+    cls = method if isinstance(method, type) else resolve_method_class(str(method))
+    stage = int(stage)
+    if stage not in cfg["stages"]:
+        raise ValueError(f"config has no stage {stage}; it has {sorted(cfg['stages'])}")
+    check_trainable(cls, stage)
+    scfg = cfg["stages"][stage]
+    seed = int(cfg.get("seed", 0) if seed is None else seed)
+    cfg["seed"] = seed
+    if log_with == "tensorboard" and importlib.util.find_spec("tensorboard") is None and importlib.util.find_spec("tensorboardX") is None:
+        print("[train] tensorboard is not installed: logging to the progress bar and train_state.json only")
+        log_with = None
+    return _Run(
+        cls=cls, cfg=cfg, stage=stage, seed=seed,
+        total_steps=int(max_steps if max_steps is not None else scfg.get("steps", 1000)),
+        batch_size=int(scfg.get("batch_size", 4)), grad_accum=int(grad_accum),
+        out=Path(output_dir or Path("outputs") / cls.name / f"stage{stage}"),
+        mixed_precision=mixed_precision, log_with=log_with,
+    )
+
+
+def _start_accelerator(run: _Run, cpu: bool) -> None:
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, set_seed
+
+    run.accelerator = Accelerator(
+        mixed_precision=run.mixed_precision,
+        log_with=run.log_with,
+        project_config=ProjectConfiguration(project_dir=str(run.out), logging_dir=str(run.out / "logs")),
+        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
+        cpu=cpu,
+    )
+    set_seed(run.seed)  # network initialisation is the same in every process and every resumed run
+
+
+def _build_method(run: _Run, init_from: str | os.PathLike | None) -> None:
+    """The method from the config, initialised from ``init_from`` (default: the previous stage's model)."""
+    acc, cfg, stage = run.accelerator, run.cfg, run.stage
+    m = run.cls.from_config(cfg)
+    if init_from is None and stage != min(cfg["stages"]):
+        previous = run.out.parent / f"stage{stage - 1}" / "model"
+        init_from = previous if previous.is_dir() else None
+        if init_from is None:
+            acc.print(f"[train] stage {stage}: no --init-from and no {previous}; starting from the config's initialisation")
+    if init_from is not None:
+        loaded = _load_init(m, init_from)
+        acc.print(f"[train] initialised {loaded} from {init_from}")
+    m.to(acc.device)
+    run.method = m
+
+
+def _build_optimization(run: _Run) -> None:
+    """Optimizer groups (everything else frozen), optimizers, EMA, and the accelerate-prepared model."""
+    from training.ema import EMA
+    from training.optim import build_optimizer
+
+    m, stage, scfg, acc = run.method, run.stage, run.cfg["stages"][run.stage], run.accelerator
+    groups = check_groups(run.cls.name, stage, m.trainable_parameters(stage))
+    missing = [g for g in groups if g not in scfg.get("optimizer", {})]
+    if missing:
+        raise ValueError(f"stage {stage} config has no optimizer for group(s) {missing}; add stages.{stage}.optimizer.<group>")
+    trainable = {id(p) for ps in groups.values() for p in ps}
+    for module in m.components.values():
+        for p in module.parameters():
+            if id(p) not in trainable:
+                p.requires_grad_(False)
+    optimizers = {g: build_optimizer(ps, scfg["optimizer"][g]) for g, ps in groups.items()}
+    ema_cfg = run.cfg.get("ema")
+    if ema_cfg and ema_cfg.get("group") in groups:
+        run.ema = EMA(groups[ema_cfg["group"]], float(ema_cfg.get("decay", 0.999)), bool(ema_cfg.get("warmup", False)))
+        run.ema_group = ema_cfg["group"]
+    prepared = acc.prepare(_MethodModule(m), *optimizers.values())
+    run.model, run.optimizers, run.groups = prepared[0], dict(zip(optimizers, prepared[1:])), groups
+    acc.register_for_checkpointing(run.counter)
+    if run.ema is not None:
+        acc.register_for_checkpointing(run.ema)
+
+
+def _restore(run: _Run, resume: bool) -> int:
+    """Load the accelerate state for ``--resume``; the step to start from."""
+    acc = run.accelerator
+    if resume and run.state_dir.is_dir():
+        acc.load_state(str(run.state_dir))
+        acc.print(f"[train] resumed from {run.state_dir} at step {run.counter.step}")
+    elif resume:
+        acc.print(f"[train] --resume: no state in {run.state_dir}; starting at step 0")
+    return run.counter.step
+
+
+def _data(run: _Run, start_step: int, num_workers: int):
+    """(iterator over micro-batches from ``start_step`` for this process, the fixed sample batch)."""
+    from training.data import StepBatches, build_source
+
+    cfg, acc = run.cfg, run.accelerator
+    resolution = int(cfg.get("resolution", getattr(run.cls, "resolution", 256)))
+    source = build_source(cfg.get("data") or {"source": "synthetic"}, resolution, run.seed)
+    stream = StepBatches(source, run.batch_size, run.grad_accum, start_step, acc.process_index, acc.num_processes)
+    loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=num_workers, pin_memory=acc.device.type == "cuda")
+    sample_n = int(cfg.get("sample_count", min(8, run.batch_size)))
+    try:
+        sample_batch = source.batch(list(range(sample_n)))
+    except AttributeError:  # streaming source
+        sample_batch = {k: v[:sample_n] for k, v in next(iter(StepBatches(source, sample_n))).items()}
+    return iter(loader), sample_batch
+
+
+def _set_requires_grad(run: _Run, active: str | None) -> None:
+    """Only ``active``'s parameters require grad (None: no group's)."""
+    for g, ps in run.groups.items():
+        for p in ps:
+            p.requires_grad_(g == active)
+
+
+def _save(run: _Run, finished: bool, last_logs: Mapping[str, float]) -> dict[str, Any]:
+    """Accelerate state (for --resume), the method checkpoint (EMA weights) and train_state.json."""
+    acc, out = run.accelerator, run.out
+    acc.wait_for_everyone()
+    tmp = out / "state.tmp"
+    if acc.is_main_process and tmp.exists():
+        shutil.rmtree(tmp)
+    acc.wait_for_everyone()
+    acc.save_state(str(tmp))
+    acc.wait_for_everyone()
+    info = {
+        "method": run.cls.name,
+        "stage": run.stage,
+        "step": run.counter.step,
+        "total_steps": run.total_steps,
+        "seed": run.seed,
+        "finished": finished,
+        "last_losses": dict(last_logs),
+        "images_seen": run.counter.step * run.batch_size * run.grad_accum * run.world,
+        "mixed_precision": run.mixed_precision,
+        "grad_accum": run.grad_accum,
+        "num_processes": run.world,
+        "config": run.cfg,
+    }
+    if acc.is_main_process:
+        if run.state_dir.exists():
+            shutil.rmtree(run.state_dir)
+        tmp.replace(run.state_dir)
+        run.method.to(acc.device)  # eval mode for saving
+        with run.ema_applied():
+            run.method.save_pretrained(run.model_dir)
+        _write_json(run.model_dir / "train_info.json", {k: v for k, v in info.items() if k != "config"})
+        _write_json(out / "train_state.json", info)
+    acc.wait_for_everyone()
+    return info
+
+
+def _samples(run: _Run, sample_batch: Mapping[str, torch.Tensor], step: int) -> None:
+    """The sample grid of ``step`` (main process; EMA weights, components in eval mode)."""
+    if not run.accelerator.is_main_process:
+        return
+    m = run.method
+    for module in m.components.values():
+        module.eval()
+    m.train_generator = torch.Generator().manual_seed(_seed_of("samples", run.seed))
+    batch = {k: v.to(run.accelerator.device) for k, v in sample_batch.items()}
+    with torch.no_grad(), run.ema_applied():
+        rows = m.sample_outputs(batch)
+    _save_grid(rows, run.out / "samples" / f"step_{step:07d}.png")
+
+
+def _train_step(run: _Run, batches, step: int) -> dict[str, float]:
+    """One optimizer step of every group (in order), each over ``grad_accum`` micro-batches; the logged terms."""
+    acc, m, rank = run.accelerator, run.method, run.accelerator.process_index
+    micro = [{k: v.to(acc.device, non_blocking=True) for k, v in next(batches).items()} for _ in range(run.grad_accum)]
+    for module in m.components.values():
+        module.train()
+    logs: dict[str, float] = {}
+    for group, opt in run.optimizers.items():
+        _set_requires_grad(run, group)
+        for i, batch in enumerate(micro):
+            m.train_generator = torch.Generator().manual_seed(_seed_of("train", run.seed, step, i, rank, group))
+            sync = contextlib.nullcontext() if i == run.grad_accum - 1 else acc.no_sync(run.model)
+            with sync:
+                out = run.model(run.stage, group, batch, step)
+                if group not in run.checked:
+                    check_losses(run.cls.name, group, out)
+                    run.checked.add(group)
+                loss, terms = out
+                if not torch.isfinite(loss):
+                    raise FloatingPointError(f"{run.cls.name} stage {run.stage} group {group}: non-finite loss {loss.item()} at step {step} ({terms})")
+                acc.backward(loss / run.grad_accum)
+            for k, v in terms.items():
+                logs[f"{group}/{k}"] = logs.get(f"{group}/{k}", 0.0) + float(v) / run.grad_accum
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        if isinstance(m, AfterOptimizerStep):
+            m.after_optimizer_step(run.stage, group, step)
+        if run.ema is not None and group == run.ema_group:
+            run.ema.update()
+    _set_requires_grad(run, None)
+    return logs
+
+
+def _out_of_time(run: _Run, t_start: float, max_minutes: float | None) -> bool:
+    """Whether ``max_minutes`` passed (in any process: they all stop at the same step)."""
+    out_of_time = max_minutes is not None and (time.monotonic() - t_start) > 60 * float(max_minutes)
+    if run.world > 1:
+        flag = torch.tensor([1.0 if out_of_time else 0.0], device=run.accelerator.device)
+        out_of_time = bool(run.accelerator.reduce(flag, reduction="max").item() > 0)
+    return out_of_time
+
+
 def train(
     method: str | type,
     config: str | os.PathLike | Mapping[str, Any],
@@ -225,226 +486,63 @@ def train(
     num_workers: int = 0,
     cpu: bool = False,
 ) -> dict[str, Any]:
-    """Train ``method`` (zoo name, ``module:Class`` or a class) for ``stage`` of ``config``.
+    """Train ``method`` (zoo name, ``module:Class`` or a class implementing
+    :class:`training.protocol.TrainableMethod`) for ``stage`` of ``config``.
 
     ``max_steps`` overrides the stage's total step count (the run ends at that step; with ``resume``
     it continues from the saved step). ``max_minutes`` stops cleanly (checkpoint written) once that
     much wall time has passed in this invocation. Returns the final ``train_state.json`` content.
     """
-    from accelerate import Accelerator
-    from accelerate.utils import DistributedDataParallelKwargs, ProjectConfiguration, set_seed
     from tqdm.auto import tqdm
 
-    from training.data import StepBatches, build_source
-    from training.ema import EMA
-    from training.optim import build_optimizer
-
     t_start = time.monotonic()
-    cfg = load_config(config)
-    cls = method if isinstance(method, type) else resolve_method_class(str(method))
-    stage = int(stage)
-    if stage not in cfg["stages"]:
-        raise ValueError(f"config has no stage {stage}; it has {sorted(cfg['stages'])}")
-    if hasattr(cls, "stages") and stage not in tuple(cls.stages):
-        raise ValueError(f"{cls.name} trains in stages {tuple(cls.stages)}, not {stage}")
-    scfg = cfg["stages"][stage]
-    seed = int(cfg.get("seed", 0) if seed is None else seed)
-    cfg["seed"] = seed
-    total_steps = int(max_steps if max_steps is not None else scfg.get("steps", 1000))
-    batch_size = int(scfg.get("batch_size", 4))
-    grad_accum = int(grad_accum)
-    out = Path(output_dir or Path("outputs") / cls.name / f"stage{stage}")
+    run = _resolve_run(method, config, stage, output_dir, max_steps=max_steps, grad_accum=grad_accum, seed=seed,
+                       mixed_precision=mixed_precision, log_with=log_with)
     if push_to_hub:
         check_push_to_hub(push_to_hub)
+    _start_accelerator(run, cpu)
+    _build_method(run, init_from)
+    _build_optimization(run)
+    start_step = _restore(run, resume)
+    if run.log_with:
+        run.accelerator.init_trackers(f"{run.cls.name}_stage{run.stage}", config=_flat_scalars(run.cfg))
+    batches, sample_batch = _data(run, start_step, num_workers)
+    sample_every = int(run.cfg.get("sample_every", 0) or 0)
+    save_every = int(run.cfg.get("save_every", 0) or 0)
 
-    if log_with == "tensorboard" and importlib.util.find_spec("tensorboard") is None and importlib.util.find_spec("tensorboardX") is None:
-        print("[train] tensorboard is not installed: logging to the progress bar and train_state.json only")
-        log_with = None
-    accelerator = Accelerator(
-        mixed_precision=mixed_precision,
-        log_with=log_with,
-        project_config=ProjectConfiguration(project_dir=str(out), logging_dir=str(out / "logs")),
-        kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=True)],
-        cpu=cpu,
-    )
-    rank, world = accelerator.process_index, accelerator.num_processes
-    set_seed(seed)  # network initialisation is the same in every process and every resumed run
-
-    # ---- method, groups, optimizers, EMA
-    m = cls.from_config(cfg)
-    if init_from is None and stage != min(cfg["stages"]):
-        previous = out.parent / f"stage{stage - 1}" / "model"
-        init_from = previous if previous.is_dir() else None
-        if init_from is None:
-            accelerator.print(f"[train] stage {stage}: no --init-from and no {previous}; starting from the config's initialisation")
-    if init_from is not None:
-        loaded = _load_init(m, init_from)
-        accelerator.print(f"[train] initialised {loaded} from {init_from}")
-    m.to(accelerator.device)
-    groups = m.trainable_parameters(stage)
-    if not groups:
-        raise ValueError(f"{cls.name}.trainable_parameters({stage}) returned no groups")
-    missing = [g for g in groups if g not in scfg.get("optimizer", {})]
-    if missing:
-        raise ValueError(f"stage {stage} config has no optimizer for group(s) {missing}; add stages.{stage}.optimizer.<group>")
-    trainable = {id(p) for ps in groups.values() for p in ps}
-    for module in m.components.values():
-        for p in module.parameters():
-            if id(p) not in trainable:
-                p.requires_grad_(False)
-    optimizers = {g: build_optimizer(ps, scfg["optimizer"][g]) for g, ps in groups.items()}
-
-    ema = None
-    ema_cfg = cfg.get("ema")
-    if ema_cfg and ema_cfg.get("group") in groups:
-        ema = EMA(groups[ema_cfg["group"]], float(ema_cfg.get("decay", 0.999)), bool(ema_cfg.get("warmup", False)))
-        ema_group = ema_cfg["group"]
-
-    wrapper = _MethodModule(m)
-    prepared = accelerator.prepare(wrapper, *optimizers.values())
-    model, prepared_opts = prepared[0], dict(zip(optimizers, prepared[1:]))
-    counter = _Counter()
-    accelerator.register_for_checkpointing(counter)
-    if ema is not None:
-        accelerator.register_for_checkpointing(ema)
-
-    state_dir, model_dir = out / "state", out / "model"
-    if resume and state_dir.is_dir():
-        accelerator.load_state(str(state_dir))
-        accelerator.print(f"[train] resumed from {state_dir} at step {counter.step}")
-    elif resume:
-        accelerator.print(f"[train] --resume: no state in {state_dir}; starting at step 0")
-    start_step = counter.step
-
-    if log_with:
-        accelerator.init_trackers(f"{cls.name}_stage{stage}", config=_flat_scalars(cfg))
-
-    # ---- data
-    source = build_source(cfg.get("data") or {"source": "synthetic"}, int(cfg.get("resolution", getattr(cls, "resolution", 256))), seed)
-    stream = StepBatches(source, batch_size, grad_accum, start_step, rank, world)
-    loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=num_workers, pin_memory=accelerator.device.type == "cuda")
-    batches = iter(loader)
-    sample_n = int(cfg.get("sample_count", min(8, batch_size)))
-    try:
-        sample_batch = source.batch(list(range(sample_n)))
-    except AttributeError:  # streaming source
-        sample_batch = {k: v[:sample_n] for k, v in next(iter(StepBatches(source, sample_n))).items()}
-
-    sample_every = int(cfg.get("sample_every", 0) or 0)
-    save_every = int(cfg.get("save_every", 0) or 0)
-    all_params = [p for ps in groups.values() for p in ps]
-
-    def set_requires_grad(active: str | None) -> None:
-        for g, ps in groups.items():
-            for p in ps:
-                p.requires_grad_(g == active)
-
-    def save(finished: bool, last_logs: Mapping[str, float]) -> dict[str, Any]:
-        accelerator.wait_for_everyone()
-        tmp = out / "state.tmp"
-        if accelerator.is_main_process and tmp.exists():
-            shutil.rmtree(tmp)
-        accelerator.wait_for_everyone()
-        accelerator.save_state(str(tmp))
-        accelerator.wait_for_everyone()
-        info = {
-            "method": cls.name,
-            "stage": stage,
-            "step": counter.step,
-            "total_steps": total_steps,
-            "seed": seed,
-            "finished": finished,
-            "last_losses": dict(last_logs),
-            "images_seen": counter.step * batch_size * grad_accum * world,
-            "mixed_precision": mixed_precision,
-            "grad_accum": grad_accum,
-            "num_processes": world,
-            "config": cfg,
-        }
-        if accelerator.is_main_process:
-            if state_dir.exists():
-                shutil.rmtree(state_dir)
-            tmp.replace(state_dir)
-            m.to(accelerator.device)  # eval mode for saving
-            with ema.applied() if ema is not None else contextlib.nullcontext():
-                m.save_pretrained(model_dir)
-            _write_json(model_dir / "train_info.json", {k: v for k, v in info.items() if k != "config"})
-            _write_json(out / "train_state.json", info)
-        accelerator.wait_for_everyone()
-        return info
-
-    def samples(step: int) -> None:
-        if not accelerator.is_main_process:
-            return
-        for module in m.components.values():
-            module.eval()
-        m.train_generator = torch.Generator().manual_seed(_seed_of("samples", seed))
-        batch = {k: v.to(accelerator.device) for k, v in sample_batch.items()}
-        with torch.no_grad(), ema.applied() if ema is not None else contextlib.nullcontext():
-            rows = m.sample_outputs(batch)
-        _save_grid(rows, out / "samples" / f"step_{step:07d}.png")
-
-    # ---- loop
     logs: dict[str, float] = {}
-    bar = tqdm(total=total_steps, initial=start_step, disable=not (progress and accelerator.is_local_main_process), desc=f"{cls.name} stage {stage}", dynamic_ncols=True)
+    bar = tqdm(total=run.total_steps, initial=start_step, disable=not (progress and run.accelerator.is_local_main_process),
+               desc=f"{run.cls.name} stage {run.stage}", dynamic_ncols=True)
     stopped_early = False
     step = start_step
-    while step < total_steps:
+    while step < run.total_steps:
         t0 = time.perf_counter()
-        micro = [{k: v.to(accelerator.device, non_blocking=True) for k, v in next(batches).items()} for _ in range(grad_accum)]
-        for module in m.components.values():
-            module.train()
-        logs = {}
-        for group, opt in prepared_opts.items():
-            set_requires_grad(group)
-            for i, batch in enumerate(micro):
-                m.train_generator = torch.Generator().manual_seed(_seed_of("train", seed, step, i, rank, group))
-                sync = contextlib.nullcontext() if i == grad_accum - 1 else accelerator.no_sync(model)
-                with sync:
-                    loss, terms = model(stage, group, batch, step)
-                    if not torch.isfinite(loss):
-                        raise FloatingPointError(f"{cls.name} stage {stage} group {group}: non-finite loss {loss.item()} at step {step} ({terms})")
-                    accelerator.backward(loss / grad_accum)
-                for k, v in terms.items():
-                    logs[f"{group}/{k}"] = logs.get(f"{group}/{k}", 0.0) + float(v) / grad_accum
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            if hasattr(m, "after_optimizer_step"):
-                m.after_optimizer_step(stage, group, step)
-            if ema is not None and group == ema_group:
-                ema.update()
-        set_requires_grad(None)
+        logs = _train_step(run, batches, step)
         step += 1
-        counter.step = step
-        dt = time.perf_counter() - t0
-        logs["images_per_s"] = batch_size * grad_accum * world / max(dt, 1e-9)
-        if log_with:
-            accelerator.log(logs, step=step)
+        run.counter.step = step
+        logs["images_per_s"] = run.batch_size * run.grad_accum * run.world / max(time.perf_counter() - t0, 1e-9)
+        if run.log_with:
+            run.accelerator.log(logs, step=step)
         bar.update(1)
         bar.set_postfix({k.replace("/total", ""): f"{v:.3g}" for k, v in logs.items() if k.endswith("/total") or k == "images_per_s"})
         if sample_every and step % sample_every == 0:
-            samples(step)
-        out_of_time = max_minutes is not None and (time.monotonic() - t_start) > 60 * float(max_minutes)
-        if world > 1:
-            flag = torch.tensor([1.0 if out_of_time else 0.0], device=accelerator.device)
-            out_of_time = bool(accelerator.reduce(flag, reduction="max").item() > 0)
-        if out_of_time and step < total_steps:
-            accelerator.print(f"[train] --max-minutes {max_minutes} reached at step {step}/{total_steps}: saving and stopping")
+            _samples(run, sample_batch, step)
+        if _out_of_time(run, t_start, max_minutes) and step < run.total_steps:
+            run.accelerator.print(f"[train] --max-minutes {max_minutes} reached at step {step}/{run.total_steps}: saving and stopping")
             stopped_early = True
             break
-        if save_every and step % save_every == 0 and step < total_steps:
-            save(False, logs)
+        if save_every and step % save_every == 0 and step < run.total_steps:
+            _save(run, False, logs)
     bar.close()
-    set_requires_grad(None)
-    for p in all_params:
+    for p in (p for ps in run.groups.values() for p in ps):
         p.requires_grad_(True)
     if sample_every and not stopped_early and step % sample_every != 0:
-        samples(step)
-    info = save(not stopped_early and step >= total_steps, logs)
-    if log_with:
-        accelerator.end_training()
-    if push_to_hub and info["finished"] and accelerator.is_main_process:
-        _push(cls.name, model_dir, push_to_hub, info)
+        _samples(run, sample_batch, step)
+    info = _save(run, not stopped_early and step >= run.total_steps, logs)
+    if run.log_with:
+        run.accelerator.end_training()
+    if push_to_hub and info["finished"] and run.accelerator.is_main_process:
+        _push(run.cls.name, run.model_dir, push_to_hub, info)
     return info
 
 
