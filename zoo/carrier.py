@@ -13,7 +13,11 @@ Format: one block per face, 16 px wide and :data:`BLOCK_ROWS` rows high, centred
 two least significant bits of R, G and B (each pixel value changes by at most 3 of 255). Its bytes::
 
     magic b"ZoOL" | version u8 | method tag u16 | face index u16 | block origin x, y u32
-    | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | z_anon n x float16 | crc32
+    | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | z_anon n x float16
+    | guard variant u8 | crc32
+
+The guard variant (version 2) is which of the method's key variants the privacy guard chose for the face
+(:mod:`zoo.guard`; 0 = the plain key); version-1 blocks read as variant 0.
 
 The block survives a lossless save (PNG, WebP lossless, a numpy array); a lossy save (JPEG), a resize
 or an edit of the face destroys it, and recovery then re-encodes the face from its pixels (reported per
@@ -24,19 +28,20 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 __all__ = ["CarriedLatent", "embed", "extract_all", "method_tag", "BLOCK_WIDTH", "BLOCK_ROWS", "MIN_FACE"]
 
 MAGIC = b"ZoOL"
-VERSION = 1
+VERSION = 2
+_READABLE_VERSIONS = (1, 2)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # the demo backbone's latent size
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
 _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
-BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
+BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
 MIN_FACE = int(np.ceil(1.6 * max(BLOCK_WIDTH, BLOCK_ROWS)))
 
 
@@ -48,7 +53,8 @@ def method_tag(name: str) -> int:
 @dataclass
 class CarriedLatent:
     """One face's carried code. ``box`` [4] and ``landmarks`` [5,2] are image pixels at embedding time
-    (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]``."""
+    (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]``;
+    ``variant``: the privacy guard's key variant for this face (0-255, 0 = the plain key)."""
 
     tag: int
     index: int
@@ -56,6 +62,7 @@ class CarriedLatent:
     landmarks: np.ndarray
     latent: np.ndarray
     origin: tuple[int, int] = (0, 0)
+    variant: int = 0
 
     def to_bytes(self) -> bytes:
         lat = np.asarray(self.latent, dtype=np.float16).reshape(-1)
@@ -63,13 +70,15 @@ class CarriedLatent:
             raise ValueError(f"a carried latent holds at most {MAX_LATENT} values, got {lat.size}")
         geo = np.concatenate([np.asarray(self.box, np.float32).reshape(4), np.asarray(self.landmarks, np.float32).reshape(10)])
         head = _HEAD.pack(MAGIC, VERSION, self.tag, self.index, self.origin[0], self.origin[1], *geo.tolist(), lat.size)
-        body = head + lat.tobytes()
+        if not 0 <= int(self.variant) <= 255:
+            raise ValueError(f"a guard variant is 0-255, got {self.variant}")
+        body = head + lat.tobytes() + bytes([int(self.variant)])
         return body + struct.pack("<I", zlib.crc32(body))
 
     def shifted(self, dx: float, dy: float) -> "CarriedLatent":
         """The same face in an image cropped or padded since embedding (block found at origin + (dx, dy))."""
         off = np.array([dx, dy], dtype=np.float32)
-        return CarriedLatent(self.tag, self.index, self.box + np.tile(off, 2), self.landmarks + off, self.latent, (self.origin[0] + int(dx), self.origin[1] + int(dy)))
+        return replace(self, box=self.box + np.tile(off, 2), landmarks=self.landmarks + off, origin=(self.origin[0] + int(dx), self.origin[1] + int(dy)))
 
 
 def _symbols(data: bytes) -> np.ndarray:
@@ -102,7 +111,7 @@ def embed(rgb: np.ndarray, carried: CarriedLatent, center: tuple[float, float], 
     for tx, ty in taken or []:
         if abs(tx - x0) < BLOCK_WIDTH and abs(ty - y0) < BLOCK_ROWS:
             return False
-    carried = CarriedLatent(carried.tag, carried.index, carried.box, carried.landmarks, carried.latent, (x0, y0))
+    carried = replace(carried, origin=(x0, y0))
     sym = _symbols(carried.to_bytes()).reshape(BLOCK_ROWS, BLOCK_WIDTH, 3)
     region = rgb[y0 : y0 + BLOCK_ROWS, x0 : x0 + BLOCK_WIDTH]
     region[...] = (region & np.uint8(0xFC)) | sym
@@ -121,14 +130,16 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
     except struct.error:
         return None
     magic, version, tag, index, ox, oy, *geo, n = fields
-    end = _HEAD.size + 2 * n
-    if magic != MAGIC or version != VERSION or n > MAX_LATENT or end + 4 > len(data):
+    if magic != MAGIC or version not in _READABLE_VERSIONS or n > MAX_LATENT:
         return None
-    if struct.unpack_from("<I", data, end)[0] != zlib.crc32(data[:end]):
+    lat_end = _HEAD.size + 2 * n
+    end = lat_end + (1 if version >= 2 else 0)
+    if end + 4 > len(data) or struct.unpack_from("<I", data, end)[0] != zlib.crc32(data[:end]):
         return None
-    latent = np.frombuffer(data[_HEAD.size : end], dtype=np.float16).astype(np.float32)
+    latent = np.frombuffer(data[_HEAD.size : lat_end], dtype=np.float16).astype(np.float32)
+    variant = data[lat_end] if version >= 2 else 0
     geo = np.asarray(geo, dtype=np.float32)
-    found = CarriedLatent(tag, index, geo[:4], geo[4:].reshape(5, 2), latent, (ox, oy))
+    found = CarriedLatent(tag, index, geo[:4], geo[4:].reshape(5, 2), latent, (ox, oy), int(variant))
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 
 

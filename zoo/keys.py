@@ -110,6 +110,13 @@ class KeyMaterial:
         g.manual_seed(int.from_bytes(self.bytes(8, f"generator|{context}"), "little") & ((1 << 63) - 1))
         return g
 
+    def variant(self, number: int) -> "KeyMaterial":
+        """Key material of the privacy guard's variant ``number`` of this face (:mod:`zoo.guard`; 0 = self)."""
+        if int(number) == 0:
+            return self
+        seed = _expand(self.seed, f"guard-variant|{int(number)}".encode(), 32)
+        return KeyMaterial(seed, label=f"{self.label}|variant{int(number)}", fingerprint=self.fingerprint)
+
     def digits(self, n: int, context: str = "") -> str:
         """``n`` decimal digits (e.g. the 6-digit password of Cao et al.)."""
         value = int.from_bytes(self.bytes(16, f"digits|{context}"), "little")

@@ -80,10 +80,11 @@ class FaceRecord:
     box: list[float]  # [x0, y0, x1, y1]
     score: float
     landmarks: list[list[float]]  # 5 x [x, y]: left eye, right eye, nose, left mouth, right mouth
-    status: str = "processed"  # "processed" | "fallback_blur"
+    status: str = "processed"  # "processed" | "fallback_blur" (the method failed) | "guard_blur" (zoo.guard)
     error: str | None = None
     key_fingerprint: str | None = None
     latent_carried: bool | None = None  # demo tier: the anonymized code rode in the image (zoo.carrier)
+    guard: dict | None = None  # privacy guard (zoo.guard): SFace distance, key variant kept, blurred or not
 
 
 @dataclass
@@ -137,6 +138,11 @@ class DeidMethod:
     #: recover starts from it when it is intact (``anonymize_faces_carrying``, ``recover_faces(carried=)``)
     carries_latent: ClassVar[bool] = False
     controls: ClassVar[tuple[Control, ...]] = ()
+    #: privacy guard (:mod:`zoo.guard`): whether anonymization checks every face by default (on for the
+    #: generative methods, :class:`NeuralMethod`), and how many key variants (:meth:`guard_variant`) it
+    #: may try on a face SFace still finds close to the original
+    guard_by_default: ClassVar[bool] = False
+    guard_variants: ClassVar[int] = 0
     #: native aligned-crop size in pixels (instances may override from their config)
     resolution: int = 256
     #: batch size for aligned faces inside one call
@@ -217,6 +223,12 @@ class DeidMethod:
         if secret is None:
             secret = Secret(new_secret())  # one fresh secret (one KDF run); faces still get independent keys
         return [secret.derive(self.name, i) for i in range(start, start + n)]
+
+    def guard_variant(self, keys: Sequence[KeyMaterial], controls: dict[str, Any], number: int) -> tuple[list, dict[str, Any]]:
+        """The privacy guard's key variant ``number`` (1..:attr:`guard_variants`; 0 = as given): the keys
+        and controls to anonymize (and, read back from the carrier, to recover) a face with. Default: key
+        material derived from each face's key (:meth:`KeyMaterial.variant`), same controls."""
+        return [k.variant(number) if k is not None else None for k in keys], dict(controls)
 
     # ------------------------------------------------------------------ public API
     def anonymize(self, image: ImageLike, key: str | bytes | Secret | None = None, *, aligned: bool = False, **controls: Any):
@@ -322,6 +334,54 @@ class DeidMethod:
                 errors.append(f"{type(err).__name__}: {err}")
         return results, errors, latents
 
+    def privacy_guard(self, option: Any = None):
+        """The :class:`~zoo.guard.PrivacyGuard` an anonymization runs with: ``option`` None -> on when
+        :attr:`guard_by_default`; False -> off; True -> on; a float -> on, retrying to that SFace distance."""
+        if option is None:
+            option = self.guard_by_default
+        if isinstance(option, str):
+            option = {"on": True, "true": True, "off": False, "false": False}.get(option.strip().lower(), option)
+        if option is False:
+            return None
+        from ..guard import guard_for
+
+        return guard_for(None if option is True else float(option))
+
+    def _guard_crops(self, guard, crops, key_indices, secret, controls, outs, latents):
+        """The privacy guard on aligned crops (``aligned=True``): as :meth:`_guard_faces`, the SFace
+        distance taken between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
+        from ..guard import GuardCheck
+
+        outs, latents = list(outs), list(latents)
+        live = [i for i in range(len(outs)) if outs[i] is not None]
+        checks: list = [None] * len(outs)
+        variants = [0] * len(outs)
+        if not live:
+            return outs, latents, variants, checks
+        originals = guard.crop_embeddings(crops[live])
+        row = {i: r for r, i in enumerate(live)}
+        d = guard.distances(originals, guard.crop_embeddings(np.stack([outs[i] for i in live])))
+        for i, x in zip(live, d):
+            checks[i] = GuardCheck(float(x))
+        failing = [i for i in live if checks[i].distance < guard.target]
+        for number in range(1, int(self.guard_variants) + 1):
+            if not failing:
+                break
+            k, ctl = self.guard_variant(self._keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
+            o, _, lat = self._process_isolated("anonymize", crops[failing], k, ctl)
+            for pos, i in enumerate(failing):
+                checks[i].tried += 1
+                if o[pos] is None:
+                    continue
+                x = float(guard.distances(originals[row[i] : row[i] + 1], guard.crop_embeddings(o[pos][None]))[0])
+                if x > checks[i].distance:
+                    outs[i], latents[i], variants[i] = o[pos], lat[pos], number
+                    checks[i].distance, checks[i].variant = x, number
+            failing = [i for i in failing if checks[i].distance < guard.target]
+        for i in live:
+            checks[i].blurred = checks[i].distance < guard.floor
+        return outs, latents, variants, checks
+
     def process_frames(
         self,
         operation: str,
@@ -330,17 +390,20 @@ class DeidMethod:
         indices: Sequence[Sequence[int]],
         secret: Secret | None,
         controls: dict,
-        carried: Sequence[Sequence[np.ndarray | None]] | None = None,
+        carried: Sequence[Sequence[Any]] | None = None,
+        guard: Any = None,
     ) -> list[tuple[np.ndarray, list[FaceRecord]]]:
         """The photo path after detection, for one photo or several video frames in one batched call.
 
         ``frames``: uint8 RGB ``[H, W, 3]`` each; ``faces[f]``: the :class:`~zoo.pipeline.DetectedFace`
         list of frame ``f``; ``indices[f]``: each face's key index (face ``i`` is keyed by (secret, method
         name, i), so a video track keeps one key by keeping one index); ``carried[f]`` (recover, methods
-        that carry a latent): each face's carried code or None. ``controls`` must be validated
-        (:meth:`validate_controls`). Every face of every frame goes through the method in one batch (in
-        chunks of :attr:`max_batch`); a face that fails is hard-blurred (fail closed). Returns one
-        ``(canvas, records)`` per frame: the processed copy and one :class:`FaceRecord` per face.
+        that carry a latent): each face's :class:`~zoo.carrier.CarriedLatent` (or bare code) or None.
+        ``controls`` must be validated (:meth:`validate_controls`). ``guard`` (anonymize): a
+        :class:`~zoo.guard.PrivacyGuard` that checks every output face, or None. Every face of every frame
+        goes through the method in one batch (in chunks of :attr:`max_batch`); a face that fails is
+        hard-blurred (fail closed). Returns one ``(canvas, records)`` per frame: the processed copy and
+        one :class:`FaceRecord` per face.
         """
         from .. import carrier, pipeline
 
@@ -354,50 +417,131 @@ class DeidMethod:
         outs_all: list = []
         errors_all: list = []
         latents_all: list = []
+        variants_all: list[int] = [0] * len(flat)
+        checks_all: list = [None] * len(flat)
         if flat:
             crops = np.stack([a.crop for a in aligned_all])
-            keys = self._keys_for(operation, secret, [indices[f][j] for f, j in flat])
-            outs_all, errors_all, latents_all = self._process_isolated(operation, crops, keys, controls, [carried[f][j] for f, j in flat])
+            key_indices = [indices[f][j] for f, j in flat]
+            outs_all, errors_all, latents_all, variants_all = self._process_keyed(operation, crops, key_indices, secret, controls, [carried[f][j] for f, j in flat])
+            if guard is not None and operation == "anonymize":
+                place = [(frames[f], faces[f][j], aligned_all[i].matrix) for i, (f, j) in enumerate(flat)]
+                outs_all, latents_all, variants_all, checks_all = self._guard_faces(guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all)
         results: list[tuple[np.ndarray, list[FaceRecord]]] = []
         pos = 0
         for f, rgb in enumerate(frames):
             fr_faces, fr_indices, fr_carried = list(faces[f]), list(indices[f]), list(carried[f])
             n = len(fr_faces)
-            aligned_faces = aligned_all[pos : pos + n]
-            outs, errors, latents = outs_all[pos : pos + n], errors_all[pos : pos + n], latents_all[pos : pos + n]
+            sl = slice(pos, pos + n)
+            aligned_faces, outs, errors, latents = aligned_all[sl], outs_all[sl], errors_all[sl], latents_all[sl]
+            variants, checks = variants_all[sl], checks_all[sl]
             pos += n
-            canvas = np.array(rgb, dtype=np.uint8, copy=True)
+            canvas = _compose(rgb, fr_faces, [a.matrix for a in aligned_faces], outs)
+            for face, check in zip(fr_faces, checks):
+                if check is not None and check.blurred:
+                    canvas = pipeline.blur_face(canvas, face)
             records: list[FaceRecord] = []
             if n:
-                for face, al, out, err in zip(fr_faces, aligned_faces, outs, errors):
-                    if out is not None:
-                        canvas = pipeline.paste_back(canvas, out, al.matrix)
-                    else:
-                        canvas = pipeline.blur_face(canvas, face)
                 flags: list[bool | None] = [None] * n
                 if carries and operation == "anonymize":  # after every paste, so no face covers another's block
                     taken: list = []
                     for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
                         if out is not None and lat is not None:
-                            block = carrier.CarriedLatent(tag, fr_indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat)
+                            block = carrier.CarriedLatent(tag, fr_indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat, variant=variants[j])
                             flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
                 elif carries:
                     flags = [c is not None for c in fr_carried]
                 for j, (face, err) in enumerate(zip(fr_faces, errors)):
+                    status = "processed" if err is None else "fallback_blur"
+                    if err is None and checks[j] is not None and checks[j].blurred:
+                        status = "guard_blur"
                     records.append(
                         FaceRecord(
                             index=fr_indices[j],
                             box=[float(v) for v in face.box],
                             score=float(face.score),
                             landmarks=[[float(a), float(b)] for a, b in face.landmarks],
-                            status="processed" if err is None else "fallback_blur",
+                            status=status,
                             error=err,
                             key_fingerprint=fingerprint,
                             latent_carried=flags[j],
+                            guard=checks[j].as_dict() if checks[j] is not None else None,
                         )
                     )
             results.append((canvas, records))
         return results
+
+    def _process_keyed(self, operation, crops, key_indices, secret, controls, carried):
+        """Key every face (by its index, and by the guard variant its carried block names) and run them,
+        one batch per variant. Returns (outputs, errors, latents, variants), one entry per face."""
+        from ..carrier import CarriedLatent
+
+        n = len(crops)
+        codes = [c.latent if isinstance(c, CarriedLatent) else c for c in carried]
+        variants = [c.variant if isinstance(c, CarriedLatent) and operation == "recover" else 0 for c in carried]
+        keys = self._keys_for(operation, secret, key_indices)
+        outs: list = [None] * n
+        errors: list = [None] * n
+        latents: list = [None] * n
+        for v in sorted(set(variants)):
+            ids = [i for i in range(n) if variants[i] == v]
+            k, ctl = ([keys[i] for i in ids], controls) if v == 0 else self.guard_variant([keys[i] for i in ids], controls, v)
+            o, e, lat = self._process_isolated(operation, crops[ids], k, ctl, [codes[i] for i in ids])
+            for pos, i in enumerate(ids):
+                outs[i], errors[i], latents[i] = o[pos], e[pos], lat[pos]
+        return outs, errors, latents, variants
+
+    def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents):
+        """The privacy guard (:mod:`zoo.guard`) over anonymized faces: SFace distance of each output face,
+        at its place in the composed frame, to the original; faces below ``guard.target`` are anonymized
+        again with key variants 1..:attr:`guard_variants` (first to pass kept, else the farthest); a face
+        whose kept output is still below ``guard.floor`` is marked to be blurred.
+        ``place[i]``: (frame, face, alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
+        from ..guard import GuardCheck
+
+        outs, latents = list(outs), list(latents)
+        by_frame: dict[int, list[int]] = {}
+        for i, (f, _) in enumerate(flat):
+            by_frame.setdefault(f, []).append(i)
+        originals = {f: guard.photo_embeddings(place[ids[0]][0], [place[i][1] for i in ids]) for f, ids in by_frame.items()}
+
+        def distances(candidate: list, which: list[int]) -> dict[int, float]:
+            got = {}
+            for f, ids in by_frame.items():
+                wanted = [i for i in ids if i in which]
+                if not wanted:
+                    continue
+                frame = place[ids[0]][0]
+                canvas = _compose(frame, [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids])
+                emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
+                d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
+                got.update({i: float(x) for i, x in zip(wanted, d)})
+            return got
+
+        live = [i for i in range(len(outs)) if outs[i] is not None]
+        dist = distances(outs, live)
+        checks: list = [GuardCheck(dist[i]) if i in dist else None for i in range(len(outs))]
+        variants = [0] * len(outs)
+        failing = [i for i in live if dist[i] < guard.target]
+        for number in range(1, int(self.guard_variants) + 1):
+            if not failing:
+                break
+            keys = self._keys_for("anonymize", secret, [key_indices[i] for i in failing])
+            k, ctl = self.guard_variant(keys, controls, number)
+            o, _, lat = self._process_isolated("anonymize", crops[failing], k, ctl)
+            trial = list(outs)
+            for pos, i in enumerate(failing):
+                if o[pos] is not None:
+                    trial[i] = o[pos]
+            got = distances(trial, [i for pos, i in enumerate(failing) if o[pos] is not None])
+            for pos, i in enumerate(failing):
+                checks[i].tried += 1
+                if i in got and got[i] > checks[i].distance:
+                    outs[i], latents[i], variants[i] = o[pos], lat[pos], number
+                    checks[i].distance, checks[i].variant = got[i], number
+            failing = [i for i in failing if checks[i].distance < guard.target]
+        for i in live:
+            checks[i].blurred = checks[i].distance < guard.floor
+        return outs, latents, variants, checks
 
     def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
         from .. import carrier, imageio, pipeline
@@ -407,6 +551,7 @@ class DeidMethod:
         min_score = controls.pop("min_face_score", None)  # detector threshold (photos), not a method control
         if min_score is not None and not 0.0 < float(min_score) < 1.0:
             raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
+        guard = self.privacy_guard(controls.pop("privacy_guard", None)) if operation == "anonymize" else None
         controls = self.validate_controls(controls)
         fingerprint = secret.fingerprint if secret is not None else None
         carries = self.carries_latent and operation in ("anonymize", "recover")
@@ -421,23 +566,27 @@ class DeidMethod:
                 for i, (rgb, _) in enumerate(loaded):
                     found = carrier.extract_all(rgb, tag)
                     if found:
-                        indices[i], carried[i] = found[0].index, found[0].latent
-            keys = self._keys_for(operation, secret, indices)
-            outs, errors, latents = self._process_isolated(operation, crops, keys, controls, carried)
+                        indices[i], carried[i] = found[0].index, found[0]
+            outs, errors, latents, variants = self._process_keyed(operation, crops, indices, secret, controls, carried)
+            checks: list = [None] * len(crops)
+            if guard is not None:
+                outs, latents, variants, checks = self._guard_crops(guard, crops, indices, secret, controls, outs, latents)
             results = []
             for i, ((rgb, alpha), out, err, lat) in enumerate(zip(loaded, outs, errors, latents)):
                 h, w = rgb.shape[:2]
                 flag = None
+                blurred = checks[i] is not None and checks[i].blurred
                 if out is None:
                     out_rgb = pipeline.blur_hard(rgb)
                 else:
-                    out_rgb = imageio.resize_to(out, (h, w))
+                    out_rgb = imageio.resize_to(pipeline.blur_hard(out) if blurred else out, (h, w))
                     if carries and operation == "anonymize":
-                        block = carrier.CarriedLatent(tag, i, np.array([0, 0, w, h], np.float32), np.zeros((5, 2), np.float32), lat)
+                        block = carrier.CarriedLatent(tag, i, np.array([0, 0, w, h], np.float32), np.zeros((5, 2), np.float32), lat, variant=variants[i])
                         flag = carrier.embed(out_rgb, block, (w / 2, h / 2), min(w, h))
                     elif carries:
                         flag = carried[i] is not None
-                rec = FaceRecord(indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], "processed" if err is None else "fallback_blur", err, fingerprint, flag)
+                status = "fallback_blur" if err is not None else ("guard_blur" if blurred else "processed")
+                rec = FaceRecord(indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None)
                 results.append(DeidResult(imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0, self.weights_text))
             return results if isinstance(image, (list, tuple)) else results[0]
 
@@ -447,8 +596,18 @@ class DeidMethod:
         carried: list[np.ndarray | None] = [None] * len(faces)
         if carries and operation == "recover":
             faces, indices, carried = _attach_carried(faces, carrier.extract_all(rgb, tag))
-        [(canvas, records)] = self.process_frames(operation, [rgb], [faces], [indices], secret, controls, [carried])
+        [(canvas, records)] = self.process_frames(operation, [rgb], [faces], [indices], secret, controls, [carried], guard=guard)
         return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text)
+
+
+def _compose(rgb: np.ndarray, faces: Sequence[Any], matrices: Sequence[np.ndarray], outs: Sequence[np.ndarray | None]) -> np.ndarray:
+    """A copy of uint8 ``rgb`` with every output crop pasted back (a face without output is blurred)."""
+    from .. import pipeline
+
+    canvas = np.array(rgb, dtype=np.uint8, copy=True)
+    for face, matrix, out in zip(faces, matrices, outs):
+        canvas = pipeline.paste_back(canvas, out, matrix) if out is not None else pipeline.blur_face(canvas, face)
+    return canvas
 
 
 def _attach_carried(faces: list, found: list, base_indices: Sequence[int] | None = None) -> tuple[list, list[int], list]:
@@ -479,12 +638,12 @@ def _attach_carried(faces: list, found: list, base_indices: Sequence[int] | None
             c = found[hit]
             out_faces.append(DetectedFace(c.box, c.landmarks, face.score, "carrier"))
             indices.append(c.index)
-            carried.append(c.latent)
+            carried.append(c)
     for j, c in enumerate(found):
         if j not in used:
             out_faces.append(DetectedFace(c.box, c.landmarks, 1.0, "carrier"))
             indices.append(c.index)
-            carried.append(c.latent)
+            carried.append(c)
     return out_faces, indices, carried
 
 
@@ -497,6 +656,7 @@ class NeuralMethod(DeidMethod):
     """
 
     component_names: ClassVar[tuple[str, ...]] = ()
+    guard_by_default: ClassVar[bool] = True
 
     def __init__(self, config: dict[str, Any], components: dict[str, torch.nn.Module], extra: dict[str, torch.Tensor] | None = None):
         super().__init__()

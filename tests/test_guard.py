@@ -1,0 +1,126 @@
+"""The privacy guard (zoo.guard): every anonymized face is checked by SFace before it leaves the tool."""
+
+import io
+
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from zoo import carrier
+from zoo.methods.base import DeidMethod
+
+
+class _Unchanged(DeidMethod):
+    """A 'method' that returns every face as it was: the worst case the guard exists for."""
+
+    name = "unchanged-test"
+    uses_key = False
+    guard_by_default = True
+
+    def anonymize_faces(self, x, keys, **controls):
+        return x.clone()
+
+
+@pytest.fixture(scope="module")
+def astronaut():
+    from zoo.assets import example_images
+    from zoo.imageio import load_image
+
+    return load_image(example_images()["astronaut"])[0]
+
+
+def test_a_face_left_recognizable_is_blurred_and_reported(astronaut):
+    from zoo.guard import guard_for
+    from zoo.judges import get_judge, embed_at_original_places
+    from zoo.pipeline import detect_faces
+
+    m = _Unchanged()
+    out = m.anonymize(astronaut)
+    (face,) = out.faces
+    assert face.status == "guard_blur" and face.guard["blurred"] is True
+    assert face.guard["distance"] < guard_for().floor  # SFace: the unchanged face is the same person
+    arr = np.asarray(out)
+    assert np.abs(arr.astype(int) - astronaut).mean() > 1.0  # the face region changed
+    sface = get_judge("sface")
+    faces = detect_faces(astronaut)
+    d = sface.distance(sface.embed_photo_faces(astronaut, faces), embed_at_original_places(sface, astronaut, arr, faces))
+    assert d[0] > face.guard["distance"]  # farther from the original than before the blur
+    # switched off, the same call returns the face as the method made it (resampled only) and says nothing
+    off = m.anonymize(astronaut, privacy_guard=False)
+    assert off.faces[0].status == "processed" and off.faces[0].guard is None
+    assert np.abs(np.asarray(off).astype(int) - astronaut).mean() < 0.5 < np.abs(arr.astype(int) - astronaut).mean()
+    assert out.report()["faces"][0]["guard"]["judge"] == "sface"
+
+
+def test_aligned_crops_are_guarded_too(astronaut):
+    from zoo.pipeline import align_face, detect_faces
+
+    (face,) = detect_faces(astronaut)
+    crop = align_face(astronaut, face.landmarks, 128).crop
+    out = _Unchanged().anonymize(crop, aligned=True)
+    assert out.faces[0].status == "guard_blur"
+    assert np.abs(np.asarray(out).astype(int) - crop).mean() > 1.0
+
+
+def test_guard_option_is_validated(astronaut):
+    with pytest.raises(ValueError, match="target"):
+        _Unchanged().anonymize(astronaut, privacy_guard=0.1)
+
+
+def test_carrier_keeps_the_variant_and_reads_version_1_blocks():
+    rng = np.random.default_rng(5)
+    img = rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)
+    c = carrier.CarriedLatent(carrier.method_tag("dbaf"), 2, np.zeros(4, np.float32), np.zeros((5, 2), np.float32), rng.normal(size=100).astype(np.float32), variant=3)
+    assert carrier.embed(img, c, (60, 60), 100)
+    (found,) = carrier.extract_all(img)
+    assert found.variant == 3 and found.index == 2
+    # a block written by the first format (no variant byte) still reads, as variant 0
+    import struct
+    import zlib
+
+    lat = np.asarray(c.latent, np.float16)
+    head = carrier._HEAD.pack(carrier.MAGIC, 1, c.tag, 4, 52, 48, *([0.0] * 14), lat.size)
+    body = head + lat.tobytes()
+    data = body + struct.pack("<I", zlib.crc32(body))
+    old = rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)
+    sym = carrier._symbols(data).reshape(carrier.BLOCK_ROWS, carrier.BLOCK_WIDTH, 3)
+    region = old[48 : 48 + carrier.BLOCK_ROWS, 52 : 52 + carrier.BLOCK_WIDTH]
+    region[...] = (region & np.uint8(0xFC)) | sym
+    (v1,) = carrier.extract_all(old)
+    assert v1.variant == 0 and v1.index == 4
+    np.testing.assert_allclose(v1.latent, c.latent, atol=2e-3)
+
+
+def test_key_variants_differ_and_recovery_follows_the_carried_variant():
+    """A guard that no face can satisfy (target 1.9) makes every face try all key variants and keep the
+    farthest; the carried block names the kept variant, and recovery from the saved PNG with the right
+    key still returns the backbone's reconstruction (the variant is undone), a wrong key does not."""
+    import zoo
+    from zoo.keys import Secret
+    from zoo.synthetic import synthetic_faces_uint8
+
+    m = zoo.load("dbaf")
+    k = Secret("variant test").derive("dbaf", 0)
+    assert not torch.equal(k.variant(1).normal(8), k.normal(8)) and torch.equal(k.variant(0).normal(8), k.normal(8))
+    x = synthetic_faces_uint8(4, seed=321, resolution=64)
+    anon = m.anonymize(list(x), key="variant test", aligned=True, refine_steps=0, privacy_guard=1.9)
+    variants = [r.faces[0].guard["variant"] for r in anon]
+    assert all(r.faces[0].guard["tried"] == 1 + m.guard_variants for r in anon)
+    assert any(v > 0 for v in variants), variants
+    saved = []
+    for r in anon:
+        buf = io.BytesIO()
+        r.image.save(buf, format="PNG")
+        saved.append(buf.getvalue())
+    assert [carrier.extract_all(np.asarray(Image.open(io.BytesIO(b)).convert("RGB")))[0].variant for b in saved] == variants
+    rec = m.recover(saved, key="variant test", aligned=True, refine_steps=0)
+    wrong = m.recover(saved, key="another key", aligned=True, refine_steps=0)
+    recon = m.reconstruction(list(x), aligned=True, refine_steps=0)
+    for r, w, c, a in zip(rec, wrong, recon, anon):
+        if a.faces[0].status == "guard_blur":
+            continue
+        d_right = np.abs(np.asarray(r, dtype=float) - np.asarray(c, dtype=float)).mean()
+        d_wrong = np.abs(np.asarray(w, dtype=float) - np.asarray(c, dtype=float)).mean()
+        assert d_right < 2.0, d_right
+        assert d_wrong > 10 * max(d_right, 1.0)
