@@ -46,7 +46,6 @@ Environment
 from __future__ import annotations
 
 import atexit
-import contextlib
 import importlib.util
 import inspect
 import itertools
@@ -417,8 +416,15 @@ def gradio_temp_dir() -> Path:
 
 def _sweep_gradio_dir(root: Path, age: float) -> None:
     """Remove folders in Gradio's cache left empty by its ``delete_cache`` (which deletes files only) and
-    anything older than ``age`` seconds."""
+    anything older than ``age`` seconds; files Gradio copied in with their own mode (the example photos, 0644)
+    become 0600 like the rest."""
     now = time.time()
+    for f in root.rglob("*"):
+        try:
+            if f.is_file() and not f.is_symlink() and f.stat().st_mode & 0o077:
+                os.chmod(f, 0o600)
+        except OSError:
+            pass
     for folder in sorted((d for d in root.rglob("*") if d.is_dir()), key=lambda d: len(d.parts), reverse=True):
         try:
             if now - folder.stat().st_mtime > age:
@@ -434,27 +440,35 @@ class HeavySlots:
 
     The app's events are not limited by Gradio's queue, so every request is read and checked at once (a bad
     upload, a missing key, an unknown method are answered in well under a second however busy the app is);
-    only the heavy part of a good request waits here for a slot. A request that would wait beyond
-    ``waiting`` others is answered "busy" at once."""
+    only the heavy part of a good request runs here, in one of ``limit`` worker threads that run at a lower
+    CPU priority (``nice``, Linux: per thread), so that the web server and the checks keep their share of a
+    small machine. A request that would wait beyond ``waiting`` others is answered "busy" at once."""
 
-    def __init__(self, limit: int, waiting: int):
-        self.limit, self.max_waiting = int(limit), int(waiting)
-        self._sem = threading.BoundedSemaphore(self.limit)
+    def __init__(self, limit: int, waiting: int, nice: int = int(os.environ.get("ZOO_HEAVY_NICE", 5))):
+        self.limit, self.max_waiting, self.nice = int(limit), int(waiting), int(nice)
         self._lock = threading.Lock()
         self._pending = 0  # running + waiting
+        self._pool = None
 
-    @contextlib.contextmanager
-    def slot(self):
+    def _lower_priority(self) -> None:
+        if self.nice > 0 and hasattr(os, "setpriority") and hasattr(threading, "get_native_id"):
+            try:
+                os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), self.nice)  # this thread only (Linux)
+            except OSError:
+                pass
+
+    def run(self, fn: Callable, *args: Any) -> Any:
+        """``fn(*args)`` in a worker thread once one is free; its result or its exception."""
+        from concurrent.futures import ThreadPoolExecutor
+
         with self._lock:
             if self._pending >= self.limit + self.max_waiting:
                 raise user_error("The app is busy right now; please try again in a minute.")
             self._pending += 1
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="zoo-heavy", initializer=self._lower_priority)
         try:
-            self._sem.acquire()
-            try:
-                yield
-            finally:
-                self._sem.release()
+            return self._pool.submit(fn, *args).result()
         finally:
             with self._lock:
                 self._pending -= 1
@@ -700,8 +714,7 @@ def anonymize_photo(
     rgb = read_photo(photo)
     chosen = _resolve(methods, catalog)
     key = (key or "").strip() or None
-    with SLOTS.slot():
-        return _anonymize_rgb(rgb, chosen, key, judge_name, control_keys, control_values)
+    return SLOTS.run(_anonymize_rgb, rgb, chosen, key, judge_name, control_keys, control_values)
 
 
 def _anonymize_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str | None, judge_name: str | None,
@@ -781,8 +794,7 @@ def recover_roundtrip(
     wrong_key = (wrong_key or "").strip() or key + " (wrong)"
     if wrong_key == key:
         raise user_error("The wrong key must differ from the key; leave it empty to use the key with ' (wrong)' appended.")
-    with SLOTS.slot():
-        return _roundtrip_rgb(rgb, chosen, key, wrong_key, random_key, judge_name, control_keys, control_values)
+    return SLOTS.run(_roundtrip_rgb, rgb, chosen, key, wrong_key, random_key, judge_name, control_keys, control_values)
 
 
 def _roundtrip_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str, wrong_key: str, random_key: bool,
@@ -840,10 +852,11 @@ def recover_file(catalog: dict[str, MethodStatus], photo: str | None, method: st
         raise user_error("Please choose the method that anonymized the image.")
     (s,) = _resolve([method], catalog, need_reversible=True)
     key = _key_or_error(key, "key used to anonymize")
+    def recover() -> Any:
+        return get_method(s).recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
+
     try:
-        with SLOTS.slot():
-            m = get_method(s)
-            res = m.recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
+        res = SLOTS.run(recover)
     except MethodFailed as err:
         raise user_error(str(err)) from None
     except ValueError as err:
@@ -874,8 +887,7 @@ def diversity_grid(
         raise user_error(f"Choose between 2 and {MAX_KEYS} keys.")
     base_key = (base_key or "").strip()
     keys = [f"{base_key}#{i + 1}" if base_key else new_secret() for i in range(n)]
-    with SLOTS.slot():
-        return _diversity_rgb(rgb, chosen, keys, judge_name, control_keys, control_values)
+    return SLOTS.run(_diversity_rgb, rgb, chosen, keys, judge_name, control_keys, control_values)
 
 
 def _diversity_rgb(rgb: np.ndarray, chosen: list[MethodStatus], keys: list[str], judge_name: str | None,
@@ -1158,6 +1170,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component) and getattr(block, "interactive", None) is not False:
             _gradio_checks_as_user_errors(block)
+    _sweep_gradio_dir(gradio_temp_dir(), CACHE_SECONDS)  # the examples Gradio just copied: 0600
     demo.queue(default_concurrency_limit=CONCURRENCY, max_size=QUEUE_SIZE)
     return demo
 

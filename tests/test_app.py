@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import shutil
 import socket
 import stat
 import struct
@@ -503,6 +504,9 @@ def test_gradio_cache_is_private_to_the_process(app, photo):
     assert uploads, "the upload is not in the app's private Gradio folder"
     for f in uploads:
         assert _mode(f) & 0o077 == 0, (f, oct(_mode(f)))
+    shutil.rmtree(space_app._run_dir("check"))  # a request sweeps the cache: files Gradio copied in (examples) become 0600
+    loose = [f for f in cache.rglob("*") if f.is_file() and _mode(f) & 0o077]
+    assert not loose, [(str(f), oct(_mode(f))) for f in loose]
 
 
 def test_bad_uploads_answered_at_once_under_load(app, photo, tmp_path):
