@@ -18,7 +18,7 @@ without a reversible method) says so and its button is disabled. No key is fixed
 fields mean a fresh random key per run.
 
 Requests: uploads over ``ZOO_MAX_UPLOAD`` are refused by the server; every photo input checks a new upload
-at once (outside the queue). Events are not held in Gradio's queue: a request's inputs are read and checked
+at once (never limited by the queue). Events are not held in Gradio's queue: a request's inputs are read and checked
 at once (a bad upload is answered in well under a second however busy the app is) and only the methods wait
 for one of ``ZOO_CONCURRENCY`` slots (:class:`HeavySlots`; beyond ``ZOO_QUEUE_SIZE`` waiting, "busy").
 
@@ -1001,15 +1001,24 @@ def _examples(examples: list[str], target: gr.components.Component) -> None:
 
 
 def _check_upload(path: str | None) -> None:
-    """Answer a bad upload as soon as it is made, before any click (runs outside the queue)."""
+    """Answer a bad upload as soon as it is made, before any click (never limited by the queue)."""
     if path:
         read_photo(path)
 
 
+def _check_on_arrival(component: gr.components.Component, check: Callable[[Any], Any]) -> None:
+    """Run ``check`` on every new upload of ``component``, before any click (not in the API).
+
+    The event goes through Gradio's queue but is never limited by it (``concurrency_limit=None``), so it
+    is answered at once however busy the app is. Not ``queue=False``: Gradio's page (6.x) shows no message
+    for an error of an unqueued event (its toast is created with ``visible`` unset, i.e. hidden)."""
+    component.upload(check, component, None, concurrency_limit=None, show_progress="hidden", api_visibility="private")
+
+
 def _photo_checked(**kwargs: Any) -> gr.Image:
-    """A :func:`photo_input` whose uploads are checked at once (not queued, not in the API)."""
+    """A :func:`photo_input` whose uploads are checked as they arrive (:func:`_check_on_arrival`)."""
     photo = photo_input(**kwargs)
-    photo.upload(_check_upload, photo, None, queue=False, api_visibility="private")
+    _check_on_arrival(photo, _check_upload)
     return photo
 
 

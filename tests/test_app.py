@@ -483,11 +483,19 @@ def test_tabs_that_cannot_work_say_why_before_any_click():
 
 
 def test_uploads_are_checked_as_they_arrive(app):
-    """Every photo input has an upload event outside the queue, so a bad file is answered before any click."""
-    config = app["demo"].get_config_file()
-    photos = {c["id"] for c in config["components"] if c.get("type") == "image" and c["props"].get("interactive") is not False}
-    checked = {t[0] for d in config["dependencies"] if d.get("queue") is False for t in d["targets"] if t[1] == "upload"}
-    assert photos and photos <= checked, (photos, checked)
+    """Every photo input has an upload event never limited by Gradio's queue (so a bad file is answered
+    before any click, however busy the app is) and kept out of the API. The event is queued: Gradio's page
+    shows no message for an error of an unqueued (``queue=False``) event (tests/test_browser.py checks the
+    message in a real page)."""
+    demo = app["demo"]
+    config = demo.get_config_file()
+    media = {c["id"] for c in config["components"] if c.get("type") in ("image", "video") and c["props"].get("interactive") is not False}
+    checks = [d for d in config["dependencies"] if any(t[1] == "upload" for t in d["targets"])]
+    checked = {t[0] for d in checks for t in d["targets"]}
+    assert media and media <= checked, (media, checked)
+    for d in checks:
+        fn = demo.fns[d["id"]]
+        assert fn.concurrency_limit is None and d["api_visibility"] == "private" and d["show_progress"] == "hidden", d
     with pytest.raises(Exception, match="Not a readable image"):
         space_app._check_upload(__file__)
 
