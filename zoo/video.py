@@ -554,6 +554,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
     min_score = controls.pop("min_face_score", None)
     if min_score is not None and not 0.0 < float(min_score) < 1.0:
         raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
+    guard = method.privacy_guard(controls.pop("privacy_guard", None)) if operation == "anonymize" else None
     controls = method.validate_controls(controls)
     info = _probe(src)
 
@@ -618,7 +619,9 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
                     carried.append(car)
                     extra = len(fs) - len(row)
                     rows[k] = list(row) + [TrackedFace(f, i, "carrier") for f, i in zip(fs[len(row):], idx[len(row):])] if extra > 0 else row
-            results = method.process_frames(operation, frames, faces, indices, secret, controls, carried)
+            # the privacy guard checks every face of every frame; no key variants (a track keeps one fake
+            # identity), so a face SFace still matches is blurred in that frame
+            results = method.process_frames(operation, frames, faces, indices, secret, controls, carried, guard=guard, guard_variants=0)
             for k, ((canvas, records), (_, pts)) in enumerate(zip(results, buf)):
                 writer.write(canvas, pts)
                 row = rows[k]
@@ -633,6 +636,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
                             "status": r.status,
                             "error": r.error,
                             "latent_carried": r.latent_carried,
+                            "guard": r.guard,
                         }
                         for tf, r in zip(row, records)
                     ]

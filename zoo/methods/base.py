@@ -405,6 +405,7 @@ class DeidMethod:
         controls: dict,
         carried: Sequence[Sequence[Any]] | None = None,
         guard: Any = None,
+        guard_variants: int | None = None,
     ) -> list[tuple[np.ndarray, list[FaceRecord]]]:
         """The photo path after detection, for one photo or several video frames in one batched call.
 
@@ -413,7 +414,9 @@ class DeidMethod:
         name, i), so a video track keeps one key by keeping one index); ``carried[f]`` (recover, methods
         that carry a latent): each face's :class:`~zoo.carrier.CarriedLatent` (or bare code) or None.
         ``controls`` must be validated (:meth:`validate_controls`). ``guard`` (anonymize): a
-        :class:`~zoo.guard.PrivacyGuard` that checks every output face, or None. Every face of every frame
+        :class:`~zoo.guard.PrivacyGuard` that checks every output face, or None; ``guard_variants``: how many
+        key variants it may try (default :attr:`guard_variants`; a video passes 0 so that a track keeps
+        one identity, and a face the guard rejects is blurred in that frame). Every face of every frame
         goes through the method in one batch (in chunks of :attr:`max_batch`); a face that fails is
         hard-blurred (fail closed). Returns one ``(canvas, records)`` per frame: the processed copy and
         one :class:`FaceRecord` per face.
@@ -440,7 +443,7 @@ class DeidMethod:
             outs_all, errors_all, latents_all, variants_all = self._process_keyed(operation, crops, key_indices, secret, controls, [carried[f][j] for f, j in flat])
             if guard is not None and operation == "anonymize":
                 place = [(frames[f], faces[f][j], aligned_all[i].matrix) for i, (f, j) in enumerate(flat)]
-                outs_all, latents_all, variants_all, checks_all = self._guard_faces(guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all)
+                outs_all, latents_all, variants_all, checks_all = self._guard_faces(guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all, guard_variants)
         results: list[tuple[np.ndarray, list[FaceRecord]]] = []
         pos = 0
         for f, rgb in enumerate(frames):
@@ -505,7 +508,7 @@ class DeidMethod:
                 outs[i], errors[i], latents[i] = o[pos], e[pos], lat[pos]
         return outs, errors, latents, variants
 
-    def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents):
+    def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
         """The privacy guard (:mod:`zoo.guard`) over anonymized faces: SFace distance of each output face,
         at its place in the composed frame, to the original; faces below ``guard.target`` are anonymized
         again with key variants 1..:attr:`guard_variants` (first to pass kept, else the farthest); a face
@@ -537,7 +540,7 @@ class DeidMethod:
         checks: list = [GuardCheck(dist[i]) if i in dist else None for i in range(len(outs))]
         variants = [0] * len(outs)
         failing = [i for i in live if dist[i] < guard.target]
-        for number in range(1, int(self.guard_variants) + 1):
+        for number in range(1, int(self.guard_variants if n_variants is None else n_variants) + 1):
             if not failing:
                 break
             keys = self._keys_for("anonymize", secret, [key_indices[i] for i in failing])
