@@ -5,19 +5,22 @@
 Tabs
 * Anonymize: a photo (upload, webcam or a bundled example) through any number of methods at once, each
   with its own controls; per-face identity similarity to the original as measured by a judge model
-  (SFace by default), and the time each method took.
+  (SFace by default), and the time each method took. Below it, a short video through one method
+  (:func:`anonymize_clip`, :func:`zoo.video.anonymize_video`: faces tracked, one key per track, audio kept)
+  with a progress bar, a per-track table and the report; the upload is checked as it arrives and again
+  before any work (:func:`read_video_info`: a video container by its content, length, frames, frame size).
 * Recover: anonymize with a key, then recover with that key and with a wrong one, for every reversible
   method; or recover an anonymized image saved earlier (the real use).
 * Diversity: one face, N keys, one row per method, with the mean pairwise identity similarity.
 
-Every result can be downloaded as a zip of PNGs with a JSON report per image (the key's fingerprint,
+Every result can be downloaded as a zip of PNGs (a video: its MP4) with a JSON report each (the key's fingerprint,
 never the key); galleries and zips hold results only, never the uploaded photo (it stays in the input), and
 their files are named after what they hold (``anonymized_<method>.png``, ``anonymized_<methods>.zip``, ...).
 Methods whose weights are not installed are listed as unavailable; a tab that cannot work here (Recover
 without a reversible method) says so and its button is disabled. No key is fixed at start-up: empty key
 fields mean a fresh random key per run.
 
-Requests: uploads over ``ZOO_MAX_UPLOAD`` are refused by the server; every photo input checks a new upload
+Requests: uploads over ``ZOO_MAX_UPLOAD`` are refused by the server; every photo and video input checks a new upload
 at once (never limited by the queue). Events are not held in Gradio's queue: a request's inputs are read and checked
 at once (a bad upload is answered in well under a second however busy the app is) and only the methods wait
 for one of ``ZOO_CONCURRENCY`` slots (:class:`HeavySlots`; beyond ``ZOO_QUEUE_SIZE`` waiting, "busy").
@@ -36,6 +39,8 @@ Environment
 * ``ZOO_METHODS``: comma-separated methods to offer (default: every registered method).
 * ``ZOO_CHECKPOINTS``: a folder with ``<method>/`` checkpoints (``save_pretrained`` layout), used
   instead of the Hub cache: ``zoo.load(name, local_dir=ZOO_CHECKPOINTS/name)``.
+* ``ZOO_MAX_VIDEO_SECONDS`` (default 10), ``ZOO_MAX_VIDEO_FRAMES`` (default 300), ``ZOO_MAX_VIDEO_PIXELS``
+  (per frame, default 1920x1080): the longest and largest video the Anonymize tab takes.
 * ``ZOO_APP_MAX_PIXELS`` (default 16 MP), ``ZOO_MAX_UPLOAD`` (default ``20mb``), ``ZOO_CONCURRENCY``
   (default 2 jobs at a time), ``ZOO_QUEUE_SIZE`` (default 32), ``PORT`` / ``GRADIO_SERVER_PORT``,
   ``GRADIO_SERVER_NAME``.
@@ -46,6 +51,7 @@ Environment
 from __future__ import annotations
 
 import atexit
+import contextvars
 import importlib.util
 import inspect
 import itertools
@@ -82,6 +88,9 @@ JUDGE_LABELS = {"dlib": "dlib (independent)", "sface": "SFace (used in training)
 RUN_KEEP_SECONDS = 3600.0  # request folders left behind (direct calls, crashes) are swept after this
 CACHE_SECONDS = int(os.environ.get("ZOO_CACHE_SECONDS", 900))  # uploads and served results live this long
 _EXAMPLES = "examples"  # the app folder's subfolder for generated example photos (never swept)
+MAX_VIDEO_SECONDS = float(os.environ.get("ZOO_MAX_VIDEO_SECONDS", 10))
+MAX_VIDEO_FRAMES = int(os.environ.get("ZOO_MAX_VIDEO_FRAMES", 300))
+MAX_VIDEO_PIXELS = int(os.environ.get("ZOO_MAX_VIDEO_PIXELS", 1920 * 1080))  # per frame
 
 
 # ============================================================================ GPU decorator
@@ -468,7 +477,8 @@ class HeavySlots:
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(self.limit, thread_name_prefix="zoo-heavy", initializer=self._lower_priority)
         try:
-            return self._pool.submit(fn, *args).result()
+            # in the request's context (Gradio's progress bar finds its event through context variables)
+            return self._pool.submit(contextvars.copy_context().run, fn, *args).result()
         finally:
             with self._lock:
                 self._pending -= 1
@@ -603,11 +613,13 @@ def _control_inputs(catalog: dict[str, MethodStatus], only: Callable[[MethodStat
     return components, keys
 
 
-def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]], cache_dir: str | None = None) -> Callable:
+def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]], cache_dir: str | None = None,
+             progress: bool = False) -> Callable:
     """``fn`` wrapped by the GPU decorator, with a signature naming every input (controls become
     ``<method>_<control>``), so that API users (gradio_client) can pass them by name. With ``cache_dir``
     (the Blocks' Gradio cache), the files ``fn`` returns are handed over to it and the app's own copies
-    deleted (:func:`_hand_over`)."""
+    deleted (:func:`_hand_over`). With ``progress``, a last ``progress=gr.Progress()`` parameter makes
+    Gradio pass its progress bar as ``fn``'s last argument."""
     on_gpu = GPU(fn)
 
     def wrapped(*args: Any) -> Any:
@@ -616,6 +628,8 @@ def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]]
 
     params = [inspect.Parameter(n, inspect.Parameter.POSITIONAL_OR_KEYWORD) for n in names]
     params += [inspect.Parameter(f"{m}_{c}", inspect.Parameter.POSITIONAL_OR_KEYWORD) for m, c in control_keys]
+    if progress:
+        params.append(inspect.Parameter("progress", inspect.Parameter.POSITIONAL_OR_KEYWORD, default=gr.Progress()))
     wrapped.__signature__ = inspect.Signature(params)
     return wrapped
 
@@ -773,6 +787,159 @@ def _status_line(scores: FaceScores, key: str | None, notes: list[str], keyed: b
     else:
         parts.append(f"Similarity: {scores.judge.column}, per face, against the original.")
     return " ".join(parts) + ("\n\n" + "\n\n".join(notes) if notes else "")
+
+
+# ============================================================================ a short video (Anonymize tab)
+_VIDEO_CONTAINERS = {"mov", "mp4", "matroska", "webm", "avi"}  # what PyAV names the containers of zoo.video.VIDEO_EXTS
+_VIDEO_TYPES = "an MP4, MOV, MKV, WebM or AVI file"
+VIDEO_TRACK_HEADERS = ["track", "first frame", "last frame", "frames detected", "frames bridged (detector gap)",
+                       "frames extended (before/after)", "frames anonymized", "frames blurred instead"]
+
+
+@dataclass
+class VideoInfo:
+    """What the check of an uploaded video found (see :func:`read_video_info`)."""
+
+    name: str
+    width: int
+    height: int
+    frames: int
+    seconds: float
+
+
+def _limits_text() -> str:
+    return f"up to {MAX_VIDEO_SECONDS:g} s, {MAX_VIDEO_FRAMES} frames and {MAX_VIDEO_PIXELS / 1e6:.1f} MP per frame"
+
+
+def read_video_info(path: str | None) -> VideoInfo:
+    """Check an uploaded video before any work: a video container (probed from its content, whatever its
+    name), a video stream, frames within :data:`MAX_VIDEO_PIXELS`, at most :data:`MAX_VIDEO_SECONDS` long
+    and :data:`MAX_VIDEO_FRAMES` frames (packets counted without decoding, so this takes milliseconds).
+    Raises a one-line :func:`user_error` saying what to do instead."""
+    if not path:
+        raise user_error("Please upload a short video first.")
+    import av
+
+    name = Path(path).name
+    unreadable = f"Not a readable video: {name}; upload {_VIDEO_TYPES} ({_limits_text()})."
+    try:
+        container = av.open(str(path))
+    except FileNotFoundError:
+        raise user_error("The uploaded file is gone; please upload it again.") from None
+    except Exception:  # noqa: BLE001 - PyAV's errors (InvalidDataError, ...) for anything that is not a media file
+        raise user_error(unreadable) from None
+    with container:
+        kinds = set(container.format.name.split(","))
+        if not kinds & _VIDEO_CONTAINERS or not container.streams.video:
+            what = container.format.long_name or container.format.name
+            raise user_error(f"Not a video: {name} holds {'no video stream' if kinds & _VIDEO_CONTAINERS else what}; "
+                             f"upload {_VIDEO_TYPES}.")
+        stream = container.streams.video[0]
+        width, height = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
+        if width <= 0 or height <= 0:
+            raise user_error(unreadable)
+        if width * height > MAX_VIDEO_PIXELS:
+            raise user_error(f"Video frames too large: {name} is {width}x{height}; frames up to "
+                             f"{MAX_VIDEO_PIXELS / 1e6:.1f} MP are accepted here, so scale it down first.")
+        too_long = f"Video too long: {name} {{}}; this app takes videos {_limits_text()}, so trim it first."
+        seconds = container.duration / 1e6 if container.duration else 0.0
+        if seconds > MAX_VIDEO_SECONDS + 0.05:  # a container's duration may round up a few milliseconds
+            raise user_error(too_long.format(f"is {seconds:.1f} s long"))
+        frames, end = 0, 0.0
+        try:
+            for packet in container.demux(stream):
+                if not packet.size:  # the demuxer's final empty packet
+                    continue
+                frames += 1
+                if frames > MAX_VIDEO_FRAMES:
+                    raise user_error(too_long.format(f"has more than {MAX_VIDEO_FRAMES} frames"))
+                if packet.pts is not None and packet.time_base is not None:
+                    end = max(end, float((packet.pts + (packet.duration or 0)) * packet.time_base))
+        except av.FFmpegError:
+            raise user_error(unreadable) from None
+        if frames == 0:
+            raise user_error(f"Not a readable video: {name} has no frames; upload {_VIDEO_TYPES}.")
+        start = float(stream.start_time * stream.time_base) if stream.start_time is not None and stream.time_base else 0.0
+        seconds = seconds or max(0.0, end - start)
+        if seconds > MAX_VIDEO_SECONDS + 0.05:
+            raise user_error(too_long.format(f"is {seconds:.1f} s long"))
+    return VideoInfo(name, width, height, frames, seconds)
+
+
+def _check_video_upload(path: str | None) -> None:
+    """Answer a bad video upload as soon as it is made, before any click."""
+    if path:
+        read_video_info(path)
+
+
+def anonymize_clip(
+    catalog: dict[str, MethodStatus],
+    video: str | None,
+    method: str | None,
+    key: str | None,
+    control_keys: list[tuple[str, str]],
+    control_values: Sequence[Any],
+    progress: Callable | None = None,
+):
+    """Anonymize tab, short video: -> (video path, track rows, report JSON, zip path, status markdown).
+
+    One method per run. The upload is checked first (:func:`read_video_info`, answered at once however busy
+    the app is); the method then runs in one of :data:`SLOTS` through :func:`zoo.video.anonymize_video`,
+    faces tracked across frames (one key per track). ``progress``: Gradio's progress bar (or any
+    ``progress((done, total), desc=...)`` callable). The results never include the original video."""
+    info = read_video_info(video)
+    if not method:
+        raise user_error("Please choose the method for the video.")
+    (s,) = _resolve([method], catalog)
+    key = (key or "").strip() or None
+    return SLOTS.run(_anonymize_clip, str(video), info, s, key, control_keys, control_values, progress)
+
+
+_VIDEO_STAGES = {"detect": "1/2 finding and tracking faces", "anonymize": "2/2 anonymizing and encoding"}
+
+
+def _anonymize_clip(video: str, info: VideoInfo, s: MethodStatus, key: str | None, control_keys: list[tuple[str, str]],
+                    control_values: Sequence[Any], progress: Callable | None):
+    from zoo.video import anonymize_video
+
+    def step(stage: str, done: int, total: int | None) -> None:  # zoo.video's progress(stage, done, total)
+        if progress is not None:
+            progress((done, total or info.frames), desc=_VIDEO_STAGES.get(stage, stage), unit="frames")
+
+    run = _run_dir("video")
+    out_dir = _results(run)
+    out = out_dir / f"anonymized_{s.name}.mp4"
+    t0 = time.perf_counter()
+    try:
+        m = get_method(s)
+        res = anonymize_video(m, video, out, key=key, progress=step, **_controls_for(control_keys, control_values, s.name))
+    except Exception as err:  # noqa: BLE001 - shown as one line; an internal failure is logged with its traceback
+        shutil.rmtree(run, ignore_errors=True)
+        notes: list[str] = []
+        _method_failed(s.name, err, notes)
+        message = notes[0].replace("**", "").replace(str(video), info.name).replace(str(run), "")
+        raise gr.Error(message + " (nothing was written)", print_exception=False) from None
+    seconds = time.perf_counter() - t0
+    os.chmod(out, 0o600)  # written by FFmpeg with the umask's mode (inside the 0700 request folder)
+    report = res.report()
+    report.update({"input": info.name, "output": out.name, "app_seconds": round(seconds, 3)})  # no server paths
+    _save_json(report, out_dir, f"anonymized_{s.name}")
+    status_of: dict[int, list[int]] = {}
+    for row in res.frame_faces:
+        for f in row:
+            counts = status_of.setdefault(f["track"], [0, 0])
+            counts[f["status"] != "processed"] += 1
+    rows = [[t["track"], t["first_frame"], t["last_frame"], t["detected"], t["gap"], t["extended"], *status_of.get(t["track"], [0, 0])]
+            for t in res.tracks]
+    shown = {k: v for k, v in report.items() if k != "frame_faces"}  # the per-frame faces are in the download
+    parts = [f"**{s.name}**: {res.frames} frames ({info.width}x{info.height}, {res.fps:g} fps), {len(res.tracks)} face track(s), "
+             f"{report['faces_processed']} face(s) over all frames, {res.fallbacks} blurred instead; {seconds:.1f} s."]
+    if key and s.uses_key:
+        parts.append(f"Key fingerprint `{Secret(key).fingerprint}` (the key itself is never stored or shown); each track keeps one key.")
+    elif s.uses_key:
+        parts.append("No key given: a random key was used and forgotten, so this video cannot be recovered.")
+    parts.append(f"Audio: {res.audio}.")
+    return str(out), rows, shown, _zip(run, f"anonymized_video_{s.name}"), " ".join(parts)
 
 
 def recover_roundtrip(
@@ -1038,9 +1205,9 @@ class _Tab:
     button: gr.Button
 
 
-def _anonymize_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: list) -> _Tab:
-    """Anonymize: one photo through several methods. Its media input is the first of ``inputs``: another
-    kind of input (a short video) joins as a second media component with its own task function."""
+def _anonymize_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: list) -> tuple[_Tab, _Tab]:
+    """Anonymize: one photo through several methods; below it, a short video through one method (its own
+    input, method and key; the method controls are shared)."""
     with gr.Row():
         with gr.Column(scale=1):
             photo = _photo_checked(label="Photo", elem_id="anon_photo")
@@ -1053,14 +1220,38 @@ def _anonymize_tab(catalog: dict[str, MethodStatus], examples: list[str], judges
                 ctrls, keys = _control_inputs(catalog)
                 if not ctrls:
                     gr.Markdown("The available methods have no controls besides the key.")
-            run = _run_button("Anonymize", tab_problem(catalog, "anonymize"), elem_id="anon_run")
+            problem = tab_problem(catalog, "anonymize")
+            run = _run_button("Anonymize", problem, elem_id="anon_run")
         with gr.Column(scale=2):
             gallery = _gallery("Results", columns=3, elem_id="anon_gallery")
             status = gr.Markdown(label="Status", elem_id="anon_status")
             table = gr.Dataframe(elem_id="anon_table", label="Per face", interactive=False,
                                  headers=["method", "face", "identity score vs original", "same person?", "status", "seconds"])
             zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
-    return _Tab([photo, methods, key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
+    photo_tab = _Tab([photo, methods, key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
+
+    on = [s.name for s in catalog.values() if s.available]
+    gr.Markdown(f"### A short video\nA{_VIDEO_TYPES[1:]}, {_limits_text()}. One method per video run; every "
+                "face is tracked across the frames and keeps one key (one fake identity) for the whole clip. "
+                "The method controls above apply. Audio is kept.")
+    with gr.Row():
+        with gr.Column(scale=1):
+            video = gr.Video(label="Video", sources=["upload"], format=None, elem_id="anon_video")
+            _check_on_arrival(video, _check_video_upload)
+            v_method = gr.Dropdown(choices=on, value=on[0] if on else None, label="Method for the video",
+                                   info="one method per video run", elem_id="anon_video_method")
+            v_key = gr.Textbox(value="", label="Key for the video", type="password", elem_id="anon_video_key",
+                               info="empty: a random key is used and forgotten (no recovery)")
+            v_run = _run_button("Anonymize the video", None if problem is None else "See above.", elem_id="anon_video_run")
+        with gr.Column(scale=2):
+            v_out = gr.Video(label="Anonymized video", interactive=False, elem_id="anon_video_out")
+            v_status = gr.Markdown(label="Video status", elem_id="anon_video_status")
+            v_table = gr.Dataframe(label="Per face track", headers=VIDEO_TRACK_HEADERS, interactive=False,
+                                   elem_id="anon_video_tracks")
+            v_report = gr.JSON(label="Video report (per-frame faces in the download)")
+            v_zip = gr.File(label="Download (video and JSON report)", interactive=False)
+    video_tab = _Tab([video, v_method, v_key, *ctrls], [v_out, v_table, v_report, v_zip, v_status], keys, v_run)
+    return photo_tab, video_tab
 
 
 def _recover_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: list) -> tuple[_Tab, _Tab]:
@@ -1128,17 +1319,22 @@ def _diversity_tab(catalog: dict[str, MethodStatus], examples: list[str], judges
     return _Tab([photo, methods, n_keys, base_key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
 
 
-def _wire(tab: _Tab, task: Callable, names: list[str], api_name: str, catalog: dict[str, MethodStatus], cache: str) -> None:
-    """``tab.button`` runs ``task(catalog, *named inputs, control_keys, control values)``.
+def _wire(tab: _Tab, task: Callable, names: list[str], api_name: str, catalog: dict[str, MethodStatus], cache: str,
+          progress: bool = False) -> None:
+    """``tab.button`` runs ``task(catalog, *named inputs, control_keys, control values)`` (with ``progress``:
+    and Gradio's progress bar as a last argument).
 
     Not limited by Gradio's queue (``concurrency_limit=None``): the task checks its inputs at once and waits
     for one of :data:`SLOTS` only for the heavy part, so bad requests are never stuck behind good ones."""
     n = len(names)
 
     def run(*args):
+        if progress:
+            *args, bar = args
+            return task(catalog, *args[:n], tab.control_keys, tuple(args[n:]), bar)
         return task(catalog, *args[:n], tab.control_keys, args[n:])
 
-    handler = _handler(run, names, tab.control_keys, cache)
+    handler = _handler(run, names, tab.control_keys, cache, progress=progress)
     tab.button.click(handler, tab.inputs, tab.outputs, api_name=api_name, concurrency_limit=None)
 
 
@@ -1167,8 +1363,9 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
         _header(catalog)
         cache = demo.GRADIO_CACHE
         with gr.Tab("Anonymize", id="anonymize"):
-            _wire(_anonymize_tab(catalog, examples, judges), anonymize_photo,
-                  ["photo", "methods", "key", "judge"], "anonymize", catalog, cache)
+            photo_tab, video_tab = _anonymize_tab(catalog, examples, judges)
+            _wire(photo_tab, anonymize_photo, ["photo", "methods", "key", "judge"], "anonymize", catalog, cache)
+            _wire(video_tab, anonymize_clip, ["video", "method", "key"], "anonymize_video", catalog, cache, progress=True)
         with gr.Tab("Recover", id="recover"):
             roundtrip, from_file = _recover_tab(catalog, examples, judges)
             _wire(roundtrip, recover_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], "recover_roundtrip", catalog, cache)

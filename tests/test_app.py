@@ -2,7 +2,8 @@
 
 Every tab must return images of the input's size for every method whose weights are installed here,
 bad uploads must come back as readable messages, and methods without weights must be shown disabled
-with their reason. Recovery needs a reversible method; the baselines are not reversible and the neural
+with their reason; a short video comes back playable with every frame and its track report, and a bad
+or too long one is refused before any heavy work. Recovery needs a reversible method; the baselines are not reversible and the neural
 methods' weights are usually absent, so the module registers ``shift``, a tiny keyed colour shift that
 is invertible with the right key, to drive the Recover tab (real reversible methods join in when their
 weights are installed).
@@ -451,7 +452,7 @@ def test_page_and_api_publish_no_key_and_name_every_output(app):
     text = json.dumps(config)
     assert "local_dir" not in text and "hf download" not in text
     api = demo.get_api_info()["named_endpoints"]
-    assert set(api) == {"/anonymize", "/recover_roundtrip", "/recover_file", "/diversity"}, set(api)
+    assert set(api) == {"/anonymize", "/anonymize_video", "/recover_roundtrip", "/recover_file", "/diversity"}, set(api)
     for name, endpoint in api.items():
         for p in endpoint["parameters"]:
             if p["parameter_name"].endswith("key"):
@@ -459,6 +460,10 @@ def test_page_and_api_publish_no_key_and_name_every_output(app):
         labels = [r["label"] for r in endpoint["returns"]]
         assert all(label and not label.startswith("value_") for label in labels), (name, labels)
     assert [r["label"] for r in api["/anonymize"]["returns"]] == ["Results", "Per face", "Download (PNGs and JSON reports)", "Status"]
+    assert [r["label"] for r in api["/anonymize_video"]["returns"]] == [
+        "Anonymized video", "Per face track", "Video report (per-frame faces in the download)",
+        "Download (video and JSON report)", "Video status"]
+    assert [p["parameter_name"] for p in api["/anonymize_video"]["parameters"]][:3] == ["video", "method", "key"]
 
 
 def test_recover_without_a_key_uses_a_fresh_one_per_run(app, photo):
@@ -478,8 +483,12 @@ def test_tabs_that_cannot_work_say_why_before_any_click():
     buttons = {c["props"]["value"]: c["props"].get("interactive") for c in comps if c.get("type") == "button"}
     assert buttons["Anonymize and recover"] is False and buttons["Recover"] is False
     assert buttons["Anonymize"] is not False and buttons["Make the grid"] is not False
+    assert buttons["Anonymize the video"] is not False
     nothing = space_app.method_catalog(["no_such_method"], checkpoints="")
     assert "No method can run" in space_app.tab_problem(nothing, "anonymize")
+    comps = space_app.build_app(nothing).get_config_file()["components"]
+    buttons = {c["props"]["value"]: c["props"].get("interactive") for c in comps if c.get("type") == "button"}
+    assert buttons["Anonymize"] is False and buttons["Anonymize the video"] is False
 
 
 def test_uploads_are_checked_as_they_arrive(app):
@@ -540,3 +549,133 @@ def test_bad_uploads_answered_at_once_under_load(app, photo, tmp_path):
     assert busy >= n_slow - space_app.SLOTS.limit, busy  # the load was still there when the bad uploads came
     assert max(waits) < 1.0, waits
     assert all(len(r[0]) == 1 for r in results)  # the slow jobs all finished
+
+
+# ============================================================================ a short video in the Anonymize tab
+av = pytest.importorskip("av")
+VIDEO_FRAMES = 8
+
+
+@pytest.fixture(scope="module")
+def clip(tmp_path_factory, photo) -> Path:
+    """8 frames (144x112, 8 fps, with an AAC tone) of the astronaut's face drifting right."""
+    import cv2
+
+    from zoo.pipeline import detect_faces
+    from zoo.video import write_video
+
+    rgb = _rgb(photo)
+    (face,) = detect_faces(rgb)
+    cx, cy = face.center
+    s = 1.6 * max(face.width, face.height)
+    crop = cv2.resize(rgb[int(cy - s / 2) : int(cy + s / 2), int(cx - s / 2) : int(cx + s / 2)], (80, 80), interpolation=cv2.INTER_AREA)
+    frames = []
+    for i in range(VIDEO_FRAMES):
+        frame = np.full((112, 144, 3), 90, np.uint8)
+        frame[16:96, 10 + 4 * i : 90 + 4 * i] = crop
+        frames.append(frame)
+    return write_video(tmp_path_factory.mktemp("video") / "clip.mp4", frames, fps=8, audio_tone_hz=440)
+
+
+def _decoded(path) -> list[np.ndarray]:
+    with av.open(str(path)) as c:
+        return [f.to_ndarray(format="rgb24") for f in c.decode(c.streams.video[0])]
+
+
+def test_video_through_the_app(app, clip):
+    """The video endpoint returns a playable clip with every frame, its faces changed, named for what it
+    holds; the per-track table, the report (no server paths) and the download (video + per-frame report).
+    The files served are 0600 in Gradio's private cache and the app's request folder is gone."""
+    before = set(space_app._app_dir().iterdir())
+    client = Client(app["url"], verbose=False, download_files=False)  # -> the server's own paths
+    video, table, report, zipped, status = client.submit(handle_file(str(clip)), "blur", KEY, api_name="/anonymize_video").result(timeout=TIMEOUT)
+    out, zip_path = Path(video["path"]), Path(zipped["path"])
+    assert out.name == "anonymized_blur.mp4"
+    for p in (out, zip_path):
+        assert p.is_relative_to(app["demo"].GRADIO_CACHE) and _mode(p) == 0o600 and _mode(p.parent) == 0o700, p
+    assert set(space_app._app_dir().iterdir()) <= before
+    original, result = _decoded(clip), _decoded(out)
+    assert len(result) == len(original) == VIDEO_FRAMES
+    assert result[0].shape == original[0].shape
+    for i, (a, b) in enumerate(zip(original, result)):  # the face (inner part of its box) is blurred in every frame
+        x0 = 10 + 4 * i
+        assert _err(a, b, (x0 + 20, 36, x0 + 60, 76)) > 3.0, i
+    (track,) = table["data"]
+    assert [int(v) for v in track[:3]] == [0, 0, VIDEO_FRAMES - 1]
+    assert int(track[3]) + int(track[4]) + int(track[5]) == int(track[6]) == VIDEO_FRAMES and int(track[7]) == 0
+    assert report["method"] == "blur" and report["frames"] == VIDEO_FRAMES and len(report["tracks"]) == 1
+    assert report["input"] == "clip.mp4" and report["output"] == "anonymized_blur.mp4" and "frame_faces" not in report
+    assert report["audio"] == "copied"
+    assert "1 face track(s)" in status and f"{VIDEO_FRAMES} frames" in status
+    assert Path(zip_path).name == "anonymized_video_blur.zip"
+    with zipfile.ZipFile(zip_path) as zf:
+        assert sorted(zf.namelist()) == ["anonymized_blur.json", "anonymized_blur.mp4"]
+        full = json.loads(zf.read("anonymized_blur.json"))
+        assert len(full["frame_faces"]) == VIDEO_FRAMES and all(len(row) == 1 and row[0]["track"] == 0 for row in full["frame_faces"])
+        assert zf.read("anonymized_blur.mp4") != clip.read_bytes()
+        assert KEY.encode() not in zf.read("anonymized_blur.json")
+
+
+def test_video_progress_and_private_files(app, clip):
+    """Direct call: Gradio's progress bar is fed both stages frame by frame; the files are 0600 in 0700
+    folders whatever the umask; a keyed method keeps one key per track (its fingerprint in the status)."""
+    calls = []
+    old_umask = os.umask(0)
+    try:
+        out, rows, report, zip_path, status = space_app.anonymize_clip(
+            app["catalog"], str(clip), "shift", KEY, [("shift", "amount")], [0.8],
+            lambda progress, desc=None, unit=None: calls.append((progress, desc)))
+    finally:
+        os.umask(old_umask)
+    stages = [desc for _, desc in calls]
+    assert stages[0].startswith("1/2") and stages[-1].startswith("2/2") and stages == sorted(stages)
+    assert calls[-1][0] == (VIDEO_FRAMES, VIDEO_FRAMES)
+    assert [done for (done, _), desc in calls if desc.startswith("1/2")] == list(range(1, VIDEO_FRAMES + 1))
+    assert Secret(KEY).fingerprint in status and report["key_fingerprint"] == Secret(KEY).fingerprint
+    assert report["controls"]["amount"] == 0.8 and [r[0] for r in rows] == [0]
+    run = Path(zip_path).parent
+    assert run.parent == space_app._app_dir() and Path(out).parent == run / "results"
+    files = [f for f in run.rglob("*") if f.is_file()]
+    assert {f.name for f in files} == {"anonymized_shift.mp4", "anonymized_shift.json", "anonymized_video_shift.zip"}
+    assert all(_mode(f) == 0o600 for f in files), {f.name: oct(_mode(f)) for f in files}
+    assert all(_mode(d) == 0o700 for d in [run, *(d for d in run.rglob("*") if d.is_dir())])
+    shutil.rmtree(run)
+
+
+def test_bad_video_uploads_refused_before_the_heavy_slot(app, clip, photo, tmp_path, monkeypatch):
+    """A text file or a photo named .mp4, a clip too long (12 s), with too many frames or too large frames:
+    one line each, saying what to do, before any heavy work (the slots are never asked)."""
+    import gradio as gr
+
+    from zoo.video import write_video
+
+    text = tmp_path / "holiday.mp4"
+    text.write_text("this is a text file with an .mp4 name\n" * 40)
+    picture = tmp_path / "picture.mp4"
+    shutil.copy(photo, picture)
+    long_clip = write_video(tmp_path / "long.avi", [np.full((64, 64, 3), 40 * i % 256, np.uint8) for i in range(12)], fps=1)
+    # through the server: the upload reaches the check and the message comes back whole
+    with pytest.raises(Exception) as info:
+        _call(app, "/anonymize_video", handle_file(str(text)), "blur", "")
+    assert "Not a readable video: holiday.mp4" in str(info.value) and "Traceback" not in str(info.value)
+
+    def no_heavy_work(*args):
+        raise AssertionError("a bad upload reached the heavy slot")
+
+    monkeypatch.setattr(space_app.SLOTS, "run", no_heavy_work)
+    cases = [(text, {}, "Not a readable video: holiday.mp4"), (picture, {}, "Not a video: picture.mp4"),
+             (long_clip, {}, "Video too long: long.avi is 12.0 s long"),
+             (clip, {"MAX_VIDEO_FRAMES": 5}, "Video too long: clip.mp4 has more than 5 frames"),
+             (clip, {"MAX_VIDEO_PIXELS": 100 * 100}, "Video frames too large: clip.mp4 is 144x112"),
+             (None, {}, "Please upload a short video first.")]
+    for path, limits, expected in cases:
+        with monkeypatch.context() as m:
+            for name, value in limits.items():
+                m.setattr(space_app, name, value)
+            with pytest.raises(gr.Error) as info:
+                space_app.anonymize_clip(app["catalog"], None if path is None else str(path), "blur", "", [], [])
+        message = str(info.value.message)
+        assert message.startswith(expected), (path, message)
+        assert "\n" not in message and "/tmp" not in message and len(message) < 300, message
+    with pytest.raises(gr.Error, match="choose the method"):
+        space_app.anonymize_clip(app["catalog"], str(clip), None, "", [], [])

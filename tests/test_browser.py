@@ -1,6 +1,7 @@
 """The app in a real browser: headless Chromium loads the page, runs the Anonymize tab on a bundled example
 and saves a screenshot (to docs/screenshot_anonymize.png, shown in the README, when ZOO_UPDATE_SCREENSHOT=1); a non-image upload must show
-a readable error in the page.
+a readable error in the page; a short video through the same tab comes back playable, and a text file named
+.mp4 is refused as it arrives.
 
 Chromium is driven through the Chrome DevTools Protocol over ``--remote-debugging-pipe`` (JSON messages
 separated by NUL bytes on file descriptors 3 and 4), so no websocket or browser-automation package is
@@ -221,3 +222,56 @@ def test_non_image_upload_shows_a_readable_error(browser, tmp_path):
     message = b.js("document.querySelector('.toast-body.error').innerText")
     assert "Not a readable image" in message and "holiday.png" in message, message
     assert "Traceback" not in message and "/tmp/" not in message, message
+
+
+def _clip(path: Path, frames: int = 8) -> Path:
+    """A small clip (144x112, 8 fps) of the bundled astronaut's face drifting right."""
+    import numpy as np
+    from PIL import Image
+
+    from zoo.assets import example_images
+    from zoo.pipeline import detect_faces
+    from zoo.video import write_video
+
+    rgb = np.asarray(Image.open(example_images()["astronaut"]).convert("RGB"))
+    (face,) = detect_faces(rgb)
+    cx, cy = face.center
+    s = 1.6 * max(face.width, face.height)
+    crop = np.asarray(Image.fromarray(rgb[int(cy - s / 2) : int(cy + s / 2), int(cx - s / 2) : int(cx + s / 2)]).resize((80, 80)))
+    out = []
+    for i in range(frames):
+        frame = np.full((112, 144, 3), 90, np.uint8)
+        frame[16:96, 10 + 4 * i : 90 + 4 * i] = crop
+        out.append(frame)
+    return write_video(path, out, fps=8)
+
+
+def test_video_in_the_browser(browser, tmp_path):
+    """A short video uploaded in the Anonymize tab comes back as a video the page can play (same size),
+    with its per-track table and status; a text file named .mp4 is refused on arrival, readably."""
+    b = browser
+    b.set_file("#anon_video input[type=file]", _clip(tmp_path / "walk.mp4"))
+    b.wait_for("!!document.querySelector('#anon_video video')", timeout=30)
+    b.js("document.querySelector('#anon_video_run').click()")
+    b.wait_for(
+        "(() => { const v = document.querySelector('#anon_video_out video');"
+        " return !!v && v.readyState >= 1 && v.videoWidth > 0"
+        " && document.querySelector('#anon_video_status').innerText.includes('face track(s)'); })()",
+        timeout=120,
+    )
+    size = b.js("(() => { const v = document.querySelector('#anon_video_out video'); return [v.videoWidth, v.videoHeight, v.duration]; })()")
+    assert size[:2] == [144, 112] and 0.5 < size[2] < 2.0, size
+    assert "anonymized_blur.mp4" in b.js("document.querySelector('#anon_video_out video').src")
+    status = b.js("document.querySelector('#anon_video_status').innerText")
+    assert "8 frames" in status and "1 face track(s)" in status, status
+    assert "anonymized" in b.js("document.querySelector('#anon_video_tracks').innerText").lower()
+    assert not b.js("!!document.querySelector('.toast-body.error')"), "the page shows an error"
+
+    bad = tmp_path / "party.mp4"
+    bad.write_text("this is a text file with an .mp4 name\n" * 40)
+    b.js("document.querySelector('#anon_video button[aria-label=\"Clear\"], #anon_video button[title=\"Clear\"]')?.click()")
+    b.wait_for("!!document.querySelector('#anon_video input[type=file]')", timeout=30)
+    b.set_file("#anon_video input[type=file]", bad)
+    b.wait_for("!!document.querySelector('.toast-body.error')", timeout=30)
+    message = b.js("document.querySelector('.toast-body.error').innerText")
+    assert "Not a readable video: party.mp4" in message and "Traceback" not in message and "/tmp/" not in message, message
