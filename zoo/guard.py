@@ -31,7 +31,7 @@ import numpy as np
 __all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "guard_for"]
 
 #: SFace cosine distance the guard retries key variants to reach (SFace's same-person threshold: 0.637)
-DEFAULT_TARGET = 0.75
+DEFAULT_TARGET = 0.85
 
 
 @dataclass

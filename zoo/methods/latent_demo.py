@@ -46,9 +46,8 @@ class LatentDemoMethod(NeuralMethod):
     resolution = 64
     demo: ClassVar[bool] = True
     carries_latent: ClassVar[bool] = True
-    #: privacy guard (zoo.guard): up to 3 more key variants for a face SFace still finds close (on the
-    #: bundled photos, 8 keys x 7 faces: with 3 variants and blur below SFace's threshold, no face dlib
-    #: matched, at most 1 in 56 blurred; docs/privacy_guard.md)
+    #: privacy guard (zoo.guard): up to 3 more key variants for a face SFace still finds close
+    #: (benchmarks/privacy_guard.py, docs/privacy_guard.md)
     guard_variants: ClassVar[int] = 3
     weights_label: ClassVar[str] = DEMO_LABEL
 
