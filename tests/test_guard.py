@@ -124,3 +124,17 @@ def test_key_variants_differ_and_recovery_follows_the_carried_variant():
         d_wrong = np.abs(np.asarray(w, dtype=float) - np.asarray(c, dtype=float)).mean()
         assert d_right < 2.0, d_right
         assert d_wrong > 10 * max(d_right, 1.0)
+
+
+def test_cli_guard_option(tmp_path):
+    import json
+
+    from zoo.cli import main
+
+    assert main(["anonymize", "example:astronaut", "-m", "personal", "--key", "042917", "--out", str(tmp_path / "on"), "-q", "-c", "refine_steps=0"]) == 0
+    assert main(["anonymize", "example:astronaut", "-m", "personal", "--key", "042917", "--out", str(tmp_path / "off"), "-q", "-c", "refine_steps=0", "--privacy-guard", "off"]) == 0
+    (on,) = (tmp_path / "on").glob("*.json")
+    (off,) = (tmp_path / "off").glob("*.json")
+    assert json.loads(on.read_text())["faces"][0]["guard"]["judge"] == "sface"
+    assert json.loads(off.read_text())["faces"][0]["guard"] is None
+    assert main(["anonymize", "example:astronaut", "-m", "personal", "--out", str(tmp_path / "bad"), "-q", "--privacy-guard", "maybe"]) == 2

@@ -209,6 +209,8 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         if not 0.0 < args.min_face_score < 1.0:
             raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
         controls["min_face_score"] = args.min_face_score
+    if getattr(args, "privacy_guard", None) is not None:
+        controls["privacy_guard"] = _guard_option(args.privacy_guard)
     key, key_source = read_key(args)
     if operation == "recover" and key is None:
         raise CLIError("recover needs the key used to anonymize: --key, --key-file or ZOO_KEY")
@@ -294,6 +296,17 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
     return 1 if failures else 0
 
 
+def _guard_option(text: str) -> bool | float:
+    """``--privacy-guard on|off|DISTANCE`` -> the ``privacy_guard`` run option (zoo.guard)."""
+    value = text.strip().lower()
+    if value in ("on", "off"):
+        return value == "on"
+    try:
+        return float(value)
+    except ValueError:
+        raise CLIError(f"--privacy-guard takes on, off or an SFace distance such as 0.85, got {text!r}") from None
+
+
 def cmd_anonymize_dataset(args: argparse.Namespace) -> int:
     """``anonymize-dataset SRC --method M --out DIR``: a datasets dataset with anonymized images + reports."""
     from .dataset_anonymize import DatasetError, anonymize_dataset
@@ -306,6 +319,8 @@ def cmd_anonymize_dataset(args: argparse.Namespace) -> int:
         if not 0.0 < args.min_face_score < 1.0:
             raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
         controls["min_face_score"] = args.min_face_score
+    if getattr(args, "privacy_guard", None) is not None:
+        controls["privacy_guard"] = _guard_option(args.privacy_guard)
     if args.num_proc is not None and args.num_proc < 1:
         raise CLIError("--num-proc must be at least 1")
     key, key_source = read_key(args)
@@ -396,6 +411,8 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--detector", help="face detector: auto, yunet, retinaface, insightface (default: $ZOO_DETECTOR or auto)")
         s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1); lower finds more faces (default: the detector's own, YuNet 0.6)")
         s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control, e.g. strength=0.8 (repeatable)")
+        if op == "anonymize":
+            s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85); a face still recognised is re-keyed, then blurred")
         s.add_argument("--device", help="torch device (default: cuda when available)")
         s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")
         s.add_argument("--revision", help="Hub revision of the method's weights")
@@ -416,6 +433,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shard-size", type=int, default=256, help="rows per resumable shard (default 256)")
     s.add_argument("--push-to-hub", metavar="REPO_ID", help="also push the result to this Hub dataset repo (private)")
     s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1)")
+    s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85); a face still recognised is re-keyed, then blurred")
     s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control (repeatable)")
     s.add_argument("--device", help="torch device (default: the process's accelerate device)")
     s.add_argument("--local-dir", help="load the method's weights from this folder")
