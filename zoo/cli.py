@@ -408,7 +408,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--key-file", help="file whose bytes are the secret (one trailing newline removed)")
         s.add_argument("--out", "-o", default="zoo_out", help="output folder (default: zoo_out)")
         s.add_argument("--aligned", action="store_true", help="inputs are already aligned square face crops")
-        s.add_argument("--detector", help="face detector: auto, yunet, retinaface, insightface (default: $ZOO_DETECTOR or auto)")
+        s.add_argument("--detector", help="face detector: auto, yunet, retinaface, centerface, insightface, or several joined by + (e.g. yunet+retinaface) (default: $ZOO_DETECTOR or auto)")
         s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1); lower finds more faces (default: the detector's own, YuNet 0.6)")
         s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control, e.g. strength=0.8 (repeatable)")
         if op == "anonymize":
