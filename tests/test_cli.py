@@ -54,7 +54,7 @@ def test_anonymize_a_folder_end_to_end(photos, tmp_path):
             assert SECRET not in report_text and "secret" not in report_text
             report = json.loads(report_text)
             assert report["method"] == method and report["faces_found"] == n_faces == len(report["faces"])
-            assert report["fallbacks"] == [] and report["controls"] == {"strength": 0.8}
+            assert report["fallbacks"] == [] and report["controls"] == {"strength": 0.8, "shape": "ellipse", "mask_scale": 1.3}
             # noise draws its noise from the key; blur ignores the key, so it reports no fingerprint
             assert report["key_fingerprint"] == (fingerprint if method == "noise" else None) and report["key_source"] == "--key-file"
             assert all(len(f["box"]) == 4 for f in report["faces"])
@@ -133,7 +133,7 @@ def test_list_and_info(capsys):
     text = capsys.readouterr().out
     for name in ("blur", "pixelate", "noise", "mask"):
         assert any(line.startswith(name + " ") for line in text.splitlines())
-    assert "strength=0.6 [0.0..1.0]" in text
+    assert "strength=1.0 [0.0..1.0]" in text and "mask_scale=1.3 [1.0..3.0]" in text
     assert main(["list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["blur"]["weights"] == "none needed" and rows["blur"]["reversible"] == "no"
@@ -143,7 +143,7 @@ def test_list_and_info(capsys):
     assert rows["personal"]["evaluation"]["generated"]["anonymized_same_person"]["n"] >= 200
     assert main(["info", "pixelate"]) == 0
     info = json.loads(capsys.readouterr().out)
-    assert info["name"] == "pixelate" and info["controls"]["strength"]["default"] == 0.5
+    assert info["name"] == "pixelate" and info["controls"]["strength"]["default"] == 1.0
     assert main(["info", "nope"]) == 2
     assert "unknown method" in capsys.readouterr().err
 

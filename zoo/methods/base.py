@@ -422,7 +422,12 @@ class DeidMethod:
         one :class:`FaceRecord` per face.
         """
         if operation == "anonymize" and self.works_in_photo:
-            return [self._frame_in_photo(rgb, list(fs), list(ix), secret, controls) for rgb, fs, ix in zip(frames, faces, indices)]
+            flat_keys = self._keys_for("anonymize", secret, [int(i) for ix in indices for i in ix])  # one call per batch
+            out, pos = [], 0
+            for rgb, fs, ix in zip(frames, faces, indices):
+                out.append(self._frame_in_photo(rgb, list(fs), list(ix), secret, controls, flat_keys[pos : pos + len(ix)]))
+                pos += len(ix)
+            return out
         from .. import carrier, pipeline
 
         carries = self.carries_latent and operation in ("anonymize", "recover")
@@ -561,7 +566,7 @@ class DeidMethod:
             checks[i].blurred = checks[i].distance < guard.floor
         return outs, latents, variants, checks
 
-    def _frame_in_photo(self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict) -> tuple[np.ndarray, list[FaceRecord]]:
+    def _frame_in_photo(self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None) -> tuple[np.ndarray, list[FaceRecord]]:
         """:meth:`process_frames` for a method that works in photo pixels; if it fails, every face of the
         frame is hard-blurred and reported as ``fallback_blur`` (fail closed)."""
         from .. import pipeline
@@ -569,7 +574,7 @@ class DeidMethod:
         fingerprint = secret.fingerprint if secret is not None else None
         err = None
         try:
-            keys = self._keys_for("anonymize", secret, indices)
+            keys = self._keys_for("anonymize", secret, indices) if keys is None else keys
             canvas, actions = self.anonymize_in_photo(rgb, faces, keys, **controls)
             if canvas.shape != rgb.shape or canvas.dtype != np.uint8 or len(actions) != len(faces):
                 raise RuntimeError(f"{self.name}.anonymize_in_photo returned {canvas.shape} {canvas.dtype}, {len(actions)} actions for {len(faces)} faces")
