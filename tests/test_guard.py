@@ -138,3 +138,11 @@ def test_cli_guard_option(tmp_path):
     assert json.loads(on.read_text())["faces"][0]["guard"]["judge"] == "sface"
     assert json.loads(off.read_text())["faces"][0]["guard"] is None
     assert main(["anonymize", "example:astronaut", "-m", "personal", "--out", str(tmp_path / "bad"), "-q", "--privacy-guard", "maybe"]) == 2
+
+
+def test_keyless_methods_report_no_key_fingerprint(astronaut):
+    import zoo
+
+    out = zoo.load("blur").anonymize(astronaut, key="some key")
+    assert out.key_fingerprint is None and out.report()["key_fingerprint"] is None
+    assert all(f.key_fingerprint is None for f in out.faces)

@@ -250,7 +250,7 @@ class DeidMethod:
         ``key``: the user's secret. With ``key=None`` a fresh random secret is used and forgotten, so the
         result cannot be recovered. Returns a :class:`DeidResult` (a list of them for a list of crops).
         """
-        secret = as_secret(key) if (key is not None or not self.uses_key) else None
+        secret = as_secret(key) if (key is not None and self.uses_key) else None  # a keyless method neither stretches nor reports a key
         return self._run("anonymize", image, secret, aligned, controls)
 
     def recover(self, image: ImageLike, key: str | bytes | Secret, *, aligned: bool = False, **controls: Any):
@@ -610,7 +610,7 @@ class DeidMethod:
             raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
         guard = self.privacy_guard(controls.pop("privacy_guard", None)) if operation == "anonymize" else None
         controls = self.validate_controls(controls)
-        fingerprint = secret.fingerprint if secret is not None else None
+        fingerprint = secret.fingerprint if secret is not None and self.uses_key else None
         carries = self.carries_latent and operation in ("anonymize", "recover")
         tag = carrier.method_tag(self.name)
 
