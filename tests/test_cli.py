@@ -41,7 +41,7 @@ def test_anonymize_a_folder_end_to_end(photos, tmp_path):
     key_file.write_text(SECRET + "\n")
     proc = _run("anonymize", str(photos), "--method", "blur,noise", "--key-file", str(key_file), "--out", str(out), "-c", "strength=0.8")
     assert proc.returncode == 0, proc.stderr
-    assert "4 of 4 image(s) written" in proc.stderr
+    assert "4 of 4 file(s) written" in proc.stderr
     expected = {
         "group__blur.png", "group__blur.json", "group__noise.png", "group__noise.json",
         "sub/portrait__blur.png", "sub/portrait__blur.json", "sub/portrait__noise.png", "sub/portrait__noise.json",
@@ -73,7 +73,7 @@ def test_bad_files_are_reported_and_the_rest_still_processed(photos, tmp_path, c
     rc = main(["anonymize", str(photos), "--method", "mask", "--out", str(out), "-q"])
     err = capsys.readouterr().err
     assert rc == 1
-    assert "2 of 4 image(s) written" in err and "2 failure(s)" in err
+    assert "2 of 4 file(s) written" in err and "2 failure(s)" in err
     assert "broken.png" in err and "not a readable image" in err and "tiny.png" in err
     files = sorted(str(p.relative_to(out)) for p in out.rglob("*"))
     assert "group__mask.png" in files and "sub/portrait__mask.png" in files

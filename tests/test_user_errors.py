@@ -59,4 +59,14 @@ def test_zoo_cli_prints_each_error_once(tmp_path, capsys):
     assert rc == 1 and "Traceback" not in err
     assert err.count("unknown method 'nosuch'") == 1, err
     assert err.count("not a readable image") == 1, err
-    assert "1 of 4 image(s) written" in err and "2 failure(s) (shown above)" in err
+    assert "1 of 4 file(s) written" in err and "2 failure(s) (shown above" in err
+
+
+def test_zoo_cli_error_says_what_to_do_next(tmp_path, capsys):
+    bad = tmp_path / "notes.png"
+    bad.write_text("not a picture\n" * 10)
+    rc = zoo_main(["anonymize", str(bad), "-m", "blur", "-q", "--out", str(tmp_path / "out")])
+    err = capsys.readouterr().err
+    (line,) = [x for x in _lines(err) if x.startswith("error:")]
+    assert rc == 1 and "InvalidImageError" not in line and line.count(str(bad)) == 1
+    assert "give a photo" in line

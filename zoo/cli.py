@@ -285,15 +285,33 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
                 fb = f", fallback blur on faces {result.fallbacks}" if result.fallbacks else ""
                 print(f"{path} -> {image_path} ({len(result.faces)} face(s){fb})", file=sys.stderr)
         except Exception as err:  # noqa: BLE001 - one bad file must not stop the others
-            msg = f"{path} [{name}]: {type(err).__name__}: {err}"
+            msg = f"{path} [{name}]: {_job_error_line(err, path)}"
             failures.append(msg)
             tqdm.write(f"error: {msg}", file=sys.stderr)
     bar.close()
     total = len(inputs) * len(methods)
     # each failure was printed once, as it happened: the summary only counts them
-    print(f"{operation}: {done} of {total} image(s) written to {out_dir}; {len(failures)} failure(s)"
-          + (" (shown above)" if failures else ""), file=sys.stderr)
+    print(f"{operation}: {done} of {total} file(s) written to {out_dir}; {len(failures)} failure(s)"
+          + (" (shown above; the other files were written)" if failures else ""), file=sys.stderr)
     return 1 if failures else 0
+
+
+def _job_error_line(err: BaseException, path: Any) -> str:
+    """One line for a failed input: the reason (without repeating the path or naming the exception class
+    of an expected user error) and what to do next."""
+    from .imageio import ImageTooLargeError, InvalidImageError
+    from .video import VideoError
+
+    text = str(err).replace(f"{path}: ", "").strip() or type(err).__name__
+    if isinstance(err, ImageTooLargeError):
+        return f"{text}; shrink the image or raise --max-megapixels"
+    if isinstance(err, InvalidImageError):
+        return f"{text}; give a photo (JPEG, PNG, WebP, TIFF, BMP) or a video (.mp4 .mov .mkv .webm .avi)"
+    if isinstance(err, VideoError):
+        return f"{text}; check that the file plays, or convert it to .mp4"
+    if isinstance(err, (ValueError, CLIError)):
+        return text
+    return f"{type(err).__name__}: {text} (unexpected; please report it with the command you ran)"
 
 
 def _guard_option(text: str) -> bool | float:
