@@ -146,3 +146,13 @@ def test_keyless_methods_report_no_key_fingerprint(astronaut):
     out = zoo.load("blur").anonymize(astronaut, key="some key")
     assert out.key_fingerprint is None and out.report()["key_fingerprint"] is None
     assert all(f.key_fingerprint is None for f in out.faces)
+
+
+def test_no_face_code_outlives_the_call():
+    """The guard's inversion cache lives for one call: no code of an input face stays in the method."""
+    import zoo
+    from zoo.synthetic import synthetic_faces_uint8
+
+    m = zoo.load("hford")
+    m.anonymize(list(synthetic_faces_uint8(2, seed=9, resolution=64)), key="k", aligned=True, refine_steps=0, privacy_guard=1.9)
+    assert "_code_cache" not in m.__dict__ and m.__dict__.get("_scope_depth", 0) == 0

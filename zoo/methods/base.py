@@ -24,6 +24,7 @@ in the report with its detector score and what was done to it.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import logging
 import time
@@ -395,7 +396,18 @@ class DeidMethod:
             checks[i].blurred = checks[i].distance < guard.floor
         return outs, latents, variants, checks
 
-    def process_frames(
+    @contextlib.contextmanager
+    def run_scope(self):
+        """State that lives for one call (:meth:`process_frames`, an aligned-crop call): e.g. the demo
+        methods' GAN-inversion cache that the privacy guard's key variants reuse. Nothing by default."""
+        yield
+
+    def process_frames(self, *args: Any, **kwargs: Any) -> list[tuple[np.ndarray, list[FaceRecord]]]:
+        """See :meth:`_process_frames` (run inside :meth:`run_scope`)."""
+        with self.run_scope():
+            return self._process_frames(*args, **kwargs)
+
+    def _process_frames(
         self,
         operation: str,
         frames: Sequence[np.ndarray],
@@ -601,6 +613,10 @@ class DeidMethod:
         return canvas, records
 
     def _run(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
+        with self.run_scope():
+            return self._run_in_scope(operation, image, secret, aligned, controls)
+
+    def _run_in_scope(self, operation: str, image: ImageLike, secret: Secret | None, aligned: bool, controls: dict):
         from .. import carrier, imageio, pipeline
 
         t0 = time.perf_counter()

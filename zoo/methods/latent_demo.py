@@ -19,6 +19,8 @@ CPU, labelled as such everywhere a user sees it.
 
 from __future__ import annotations
 
+import contextlib
+import threading
 from typing import Any, ClassVar, Sequence
 
 import torch
@@ -85,15 +87,36 @@ class LatentDemoMethod(NeuralMethod):
         if len(keys) != x.shape[0]:
             raise ValueError(f"need one key per face: {len(keys)} keys for {x.shape[0]} faces")
 
+    @contextlib.contextmanager
+    def run_scope(self):
+        """One call's GAN-inversion cache (:meth:`encode_cached`), dropped when the last concurrent call
+        ends: codes of the input faces are never kept between calls."""
+        lock = self.__dict__.setdefault("_code_lock", threading.Lock())
+        with lock:
+            self._scope_depth = self.__dict__.get("_scope_depth", 0) + 1
+        try:
+            yield
+        finally:
+            with lock:
+                self._scope_depth -= 1
+                if self._scope_depth == 0:
+                    self.__dict__.pop("_code_cache", None)
+
     def encode_cached(self, x: torch.Tensor, refine_steps: int) -> torch.Tensor:
-        """:meth:`encode`, remembering the last faces' codes: the privacy guard's key variants
-        (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat the GAN inversion."""
+        """:meth:`encode`, remembering the faces' codes for the rest of the call (:meth:`run_scope`): the
+        privacy guard's key variants (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat
+        the GAN inversion. Outside a call scope it is :meth:`encode`."""
         import hashlib
-        import threading
         from collections import OrderedDict
 
-        cache = self.__dict__.setdefault("_code_cache", OrderedDict())
         lock = self.__dict__.setdefault("_code_lock", threading.Lock())
+        with lock:
+            if not self.__dict__.get("_scope_depth", 0):
+                cache = None
+            else:
+                cache = self.__dict__.setdefault("_code_cache", OrderedDict())
+        if cache is None:
+            return self.encode(x, refine_steps)
         rows = [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + bytes(str(int(refine_steps)), "ascii"), digest_size=16).digest() for i in range(x.shape[0])]
         with lock:
             known = {r: cache[r] for r in rows if r in cache}
