@@ -205,12 +205,7 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         imageio.MAX_PIXELS = int(args.max_megapixels * 1e6)
     methods = parse_methods(args.method)
     controls = parse_controls(args.control)
-    if args.min_face_score is not None:
-        if not 0.0 < args.min_face_score < 1.0:
-            raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
-        controls["min_face_score"] = args.min_face_score
-    if getattr(args, "privacy_guard", None) is not None:
-        controls["privacy_guard"] = _guard_option(args.privacy_guard)
+    controls.update(_run_options(args))
     key, key_source = read_key(args)
     if operation == "recover" and key is None:
         raise CLIError("recover needs the key used to anonymize: --key, --key-file or ZOO_KEY")
@@ -314,6 +309,19 @@ def _job_error_line(err: BaseException, path: Any) -> str:
     return f"{type(err).__name__}: {text} (unexpected; please report it with the command you ran)"
 
 
+def _run_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The run options every anonymizing command passes with the method controls: the detector threshold
+    (``--min-face-score``) and the privacy guard (``--privacy-guard``)."""
+    options: dict[str, Any] = {}
+    if args.min_face_score is not None:
+        if not 0.0 < args.min_face_score < 1.0:
+            raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
+        options["min_face_score"] = args.min_face_score
+    if getattr(args, "privacy_guard", None) is not None:
+        options["privacy_guard"] = _guard_option(args.privacy_guard)
+    return options
+
+
 def _guard_option(text: str) -> bool | float:
     """``--privacy-guard on|off|DISTANCE`` -> the ``privacy_guard`` run option (zoo.guard)."""
     value = text.strip().lower()
@@ -333,12 +341,7 @@ def cmd_anonymize_dataset(args: argparse.Namespace) -> int:
     if len(methods) != 1:
         raise CLIError("anonymize-dataset takes one --method")
     controls: dict[str, Any] = parse_controls(args.control)
-    if args.min_face_score is not None:
-        if not 0.0 < args.min_face_score < 1.0:
-            raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
-        controls["min_face_score"] = args.min_face_score
-    if getattr(args, "privacy_guard", None) is not None:
-        controls["privacy_guard"] = _guard_option(args.privacy_guard)
+    controls.update(_run_options(args))
     if args.num_proc is not None and args.num_proc < 1:
         raise CLIError("--num-proc must be at least 1")
     key, key_source = read_key(args)

@@ -362,16 +362,52 @@ class DeidMethod:
         return guard_for(None if option is True else float(option))
 
     def _guard_crops(self, guard, crops, key_indices, secret, controls, outs, latents):
-        """The privacy guard on aligned crops (``aligned=True``): as :meth:`_guard_faces`, the SFace
-        distance taken between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
+        """The privacy guard on aligned crops (``aligned=True``): :meth:`_guard_loop` with the SFace
+        distance between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
+        live = [i for i in range(len(outs)) if outs[i] is not None]
+        originals = dict(zip(live, guard.crop_embeddings(crops[live]))) if live else {}
+
+        def distances(candidate: list, which: list[int]) -> dict[int, float]:
+            if not which:
+                return {}
+            d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
+            return {i: float(x) for i, x in zip(which, d)}
+
+        return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, None, distances)
+
+    def _guard_loop(self, guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances):
+        """The privacy guard's rule (:mod:`zoo.guard`), whatever the distance is taken on: faces whose
+        ``distances(candidate_outs, face_ids) -> {id: SFace distance}`` is below ``guard.target`` are
+        anonymized again with key variants 1..``n_variants`` (default :attr:`guard_variants`), the first
+        to pass kept, else the farthest; a face whose kept output is still below ``guard.floor`` is marked
+        to be blurred. Returns (outs, latents, variants, checks)."""
         from ..guard import GuardCheck
 
         outs, latents = list(outs), list(latents)
         live = [i for i in range(len(outs)) if outs[i] is not None]
-        checks: list = [None] * len(outs)
+        dist = distances(outs, live)
+        checks: list = [GuardCheck(dist[i]) if i in dist else None for i in range(len(outs))]
         variants = [0] * len(outs)
-        if not live:
-            return outs, latents, variants, checks
+        failing = [i for i in live if dist[i] < guard.target]
+        for number in range(1, int(self.guard_variants if n_variants is None else n_variants) + 1):
+            if not failing:
+                break
+            k, ctl = self.guard_variant(self._keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
+            o, _, lat = self._process_isolated("anonymize", crops[failing], k, ctl)
+            trial = list(outs)
+            for pos, i in enumerate(failing):
+                if o[pos] is not None:
+                    trial[i] = o[pos]
+            got = distances(trial, [i for pos, i in enumerate(failing) if o[pos] is not None])
+            for pos, i in enumerate(failing):
+                checks[i].tried += 1
+                if i in got and got[i] > checks[i].distance:
+                    outs[i], latents[i], variants[i] = o[pos], lat[pos], number
+                    checks[i].distance, checks[i].variant = got[i], number
+            failing = [i for i in failing if checks[i].distance < guard.target]
+        for i in live:
+            checks[i].blurred = checks[i].distance < guard.floor
+        return outs, latents, variants, checks
         originals = guard.crop_embeddings(crops[live])
         row = {i: r for r, i in enumerate(live)}
         d = guard.distances(originals, guard.crop_embeddings(np.stack([outs[i] for i in live])))
@@ -526,14 +562,9 @@ class DeidMethod:
         return outs, errors, latents, variants
 
     def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
-        """The privacy guard (:mod:`zoo.guard`) over anonymized faces: SFace distance of each output face,
-        at its place in the composed frame, to the original; faces below ``guard.target`` are anonymized
-        again with key variants 1..:attr:`guard_variants` (first to pass kept, else the farthest); a face
-        whose kept output is still below ``guard.floor`` is marked to be blurred.
-        ``place[i]``: (frame, face, alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
-        from ..guard import GuardCheck
-
-        outs, latents = list(outs), list(latents)
+        """The privacy guard over the faces of frames: :meth:`_guard_loop` with the SFace distance of each
+        output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
+        alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
         by_frame: dict[int, list[int]] = {}
         for i, (f, _) in enumerate(flat):
             by_frame.setdefault(f, []).append(i)
@@ -545,38 +576,13 @@ class DeidMethod:
                 wanted = [i for i in ids if i in which]
                 if not wanted:
                     continue
-                frame = place[ids[0]][0]
-                canvas = _compose(frame, [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids])
+                canvas = _compose(place[ids[0]][0], [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids])
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
                 got.update({i: float(x) for i, x in zip(wanted, d)})
             return got
 
-        live = [i for i in range(len(outs)) if outs[i] is not None]
-        dist = distances(outs, live)
-        checks: list = [GuardCheck(dist[i]) if i in dist else None for i in range(len(outs))]
-        variants = [0] * len(outs)
-        failing = [i for i in live if dist[i] < guard.target]
-        for number in range(1, int(self.guard_variants if n_variants is None else n_variants) + 1):
-            if not failing:
-                break
-            keys = self._keys_for("anonymize", secret, [key_indices[i] for i in failing])
-            k, ctl = self.guard_variant(keys, controls, number)
-            o, _, lat = self._process_isolated("anonymize", crops[failing], k, ctl)
-            trial = list(outs)
-            for pos, i in enumerate(failing):
-                if o[pos] is not None:
-                    trial[i] = o[pos]
-            got = distances(trial, [i for pos, i in enumerate(failing) if o[pos] is not None])
-            for pos, i in enumerate(failing):
-                checks[i].tried += 1
-                if i in got and got[i] > checks[i].distance:
-                    outs[i], latents[i], variants[i] = o[pos], lat[pos], number
-                    checks[i].distance, checks[i].variant = got[i], number
-            failing = [i for i in failing if checks[i].distance < guard.target]
-        for i in live:
-            checks[i].blurred = checks[i].distance < guard.floor
-        return outs, latents, variants, checks
+        return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances)
 
     def _frame_in_photo(self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None) -> tuple[np.ndarray, list[FaceRecord]]:
         """:meth:`process_frames` for a method that works in photo pixels; if it fails, every face of the
