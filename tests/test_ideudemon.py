@@ -178,7 +178,9 @@ def test_texture_space_command_is_reproducible_from_a_seed(tmp_path):
 def demo_method():
     from pathlib import Path
 
-    return IDEudemon.from_config(load_config(Path(__file__).resolve().parents[1] / DEMO)).to("cpu")
+    cfg = load_config(Path(__file__).resolve().parents[1] / DEMO)
+    cfg["step2"] = {**(cfg.get("step2") or {}), "restorer": False}  # Step I of the demo recipe (restorer: test_ideudemon_restorer.py)
+    return IDEudemon.from_config(cfg).to("cpu")
 
 
 def test_step_one_demo_changes_identity_keeps_pose_and_background(demo_method, dlib_judge, tmp_path):

@@ -355,8 +355,10 @@ def _data(run: _Run, start_step: int, num_workers: int):
     from training.data import StepBatches, build_source
 
     cfg, acc = run.cfg, run.accelerator
-    resolution = int(cfg.get("resolution", getattr(run.cls, "resolution", 256)))
-    source = build_source(cfg.get("data") or {"source": "synthetic"}, resolution, run.seed)
+    data_cfg = dict(cfg.get("data") or {"source": "synthetic"})
+    # data.resolution: train at another size than the method's crops (e.g. a restorer that works below them)
+    resolution = int(data_cfg.pop("resolution", cfg.get("resolution", getattr(run.cls, "resolution", 256))))
+    source = build_source(data_cfg, resolution, run.seed)
     stream = StepBatches(source, run.batch_size, run.grad_accum, start_step, acc.process_index, acc.num_processes)
     loader = torch.utils.data.DataLoader(stream, batch_size=None, num_workers=num_workers, pin_memory=acc.device.type == "cuda")
     sample_n = int(cfg.get("sample_count", min(8, run.batch_size)))

@@ -110,6 +110,7 @@ class IDEudemon(NeuralMethod):
     max_batch = 8
 
     train_generator: torch.Generator | None = None
+    weights_label: str | None = None
 
     def __init__(self, config: dict[str, Any], components: dict[str, nn.Module], extra: dict[str, torch.Tensor] | None = None):
         super().__init__(config, components, extra)
@@ -151,6 +152,17 @@ class IDEudemon(NeuralMethod):
                                                 head_mask=self._parser_head_mask if "face_parser" in self.components else None)
         else:
             raise ValueError(f"unknown ideudemon backend {backend!r} (mesh | headnerf)")
+        step2 = dict(self.config.get("step2", {}) or {})
+        #: the restorer's working size (``step2.size``, default the crop resolution): X_l is resized to it
+        #: (antialiased) and G's output back to the crop size before the blend-back
+        self.restorer_size = int(step2.get("size", self.resolution))
+        #: ``step2.cache_step1`` (training): Step I of each training face is computed once and kept
+        self.cache_step1 = bool(step2.get("cache_step1", False))
+        self._step1_cache: dict[bytes, tuple[torch.Tensor, torch.Tensor]] = {}
+        if bool(step2.get("demo", False)):
+            self.weights_label = RESTORER_LABEL
+        if "restorer" in self.components and next(self.components["restorer"].parameters()).dtype != torch.float32:
+            self.components["restorer"] = self.components["restorer"].float()  # shipped in fp16, run in fp32
         vsa = dict(self.config.get("vsa", {}) or {})
         self.blend_output = bool(vsa.get("blend_output", True))
         self.blend_dilate = float(vsa.get("blend_dilate", 0.04))  # fraction of R
@@ -253,7 +265,10 @@ class IDEudemon(NeuralMethod):
         (:class:`IDEudemonStepOne`) X_l itself."""
         if "restorer" not in self.components:
             return x_l
-        return self.restorer(x_l, return_rgb=False, randomize_noise=False, noise=noise)[0]
+        r, s = x_l.shape[-1], self.restorer_size
+        inp = x_l if r == s else F.interpolate(x_l, size=(s, s), mode="bilinear", align_corners=False, antialias=True)
+        out = self.restorer(inp, return_rgb=False, randomize_noise=False, noise=noise)[0]
+        return out if r == s else F.interpolate(out, size=(r, r), mode="bilinear", align_corners=False)
 
     def blend(self, y: torch.Tensor, x: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         return head * y + (1 - head) * x if self.blend_output else y
@@ -274,7 +289,7 @@ class IDEudemon(NeuralMethod):
         from ..nn.gfpgan import GFPGANv1Clean, StyleGAN2GeneratorClean
         from ..nn.stylegan2 import Discriminator
 
-        res = int(config.get("resolution", cls.resolution))
+        res = int((config.get("step2", {}) or {}).get("size", config.get("resolution", cls.resolution)))
         m = dict(config.get("model", {}) or {})
         pre = dict(config.get("pretrained", {}) or {})
         if pre.get("restorer"):
@@ -332,7 +347,9 @@ class IDEudemon(NeuralMethod):
         lam = self._lambdas()
         if lam.get("per", 0.0):
             spec = dict(self.config.get("perceptual", {}) or {})
-            if spec.get("repo"):
+            if spec.get("net") == "sface":  # demo: SFace-torch feature maps (no VGG weights offline)
+                vgg = SFacePerceptual(spec.get("layers"))
+            elif spec.get("repo"):
                 vgg = load_vgg19(spec["repo"], spec.get("revision"))
             else:  # random trunk: tiny configs / tests only (documented in the config)
                 vgg = VGG19Features(width=float(spec.get("width", 1.0)))
@@ -381,13 +398,56 @@ class IDEudemon(NeuralMethod):
         key = (step, batch["image"].data_ptr(), tuple(batch["image"].shape))
         if self._cache is not None and self._cache[0] == key:
             return self._cache[1]
-        from ..face3d.landmarks import component_boxes
-
+        if self.cache_step1:
+            out = self._cached_triplet(batch["image"])
+            self._cache = (key, out)
+            return out
         with torch.no_grad():
             x = self._augment(batch["image"])
             s1 = self.step_one(x, noise=torch.zeros(x.shape[0], self.head_model.id_dim), scale=0.0)
+        out = {"x": x, "x_l": s1["x_l"].detach(), "boxes": self._boxes(s1["landmarks"], x)}
+        self._cache = (key, out)
+        return out
+
+    def _cached_triplet(self, images: torch.Tensor) -> dict[str, Any]:
+        """``step2.cache_step1``: Step I (scale 0) once per training face (keyed by its pixels), then the
+        paper's augmentation applied to the pair (X, X_l) alike: the same flip (eye boxes swapped) and
+        the same colour shift on both."""
+        rows = [img.detach().cpu().numpy().tobytes() for img in images]
+        todo = [i for i, k in enumerate(rows) if k not in self._step1_cache]
+        if todo:
+            with torch.no_grad():
+                xs = images[todo]
+                s1 = self.step_one(xs, noise=torch.zeros(len(todo), self.head_model.id_dim), scale=0.0)
+                boxes = self._boxes(s1["landmarks"], xs)
+            for j, i in enumerate(todo):
+                self._step1_cache[rows[i]] = (s1["x_l"][j].detach().cpu(), boxes[j].cpu())
+        x_l = torch.stack([self._step1_cache[k][0] for k in rows]).to(images)
+        boxes = torch.stack([self._step1_cache[k][1] for k in rows]).to(images)
+        x, x_l, boxes = self._augment_pair(images, x_l, boxes)
+        return {"x": x, "x_l": x_l, "boxes": boxes}
+
+    def _augment_pair(self, x: torch.Tensor, x_l: torch.Tensor, boxes: torch.Tensor):
+        aug = dict(self.config.get("augment", {}) or {})
+        g = self.train_generator if self.train_generator is not None else torch.Generator().manual_seed(0)
+        n, r = x.shape[0], x.shape[-1]
+        if aug.get("hflip", True):
+            flip = (torch.rand(n, generator=g) < 0.5).to(x.device)
+            fb = torch.stack([r - boxes[..., 2], boxes[..., 1], r - boxes[..., 0], boxes[..., 3]], -1)[:, [1, 0, 2]]
+            x = torch.where(flip.view(n, 1, 1, 1), x.flip(-1), x)
+            x_l = torch.where(flip.view(n, 1, 1, 1), x_l.flip(-1), x_l)
+            boxes = torch.where(flip.view(n, 1, 1), fb, boxes)
+        p, shift = float(aug.get("color_jitter_prob", 0.3)), float(aug.get("color_jitter_shift", 20.0))
+        if p > 0 and shift > 0:
+            on = (torch.rand(n, generator=g) < p).to(x)
+            delta = on.view(n, 1, 1, 1) * ((torch.rand(n, 3, generator=g) * 2 - 1).to(x) * (2 * shift / 255.0)).view(n, 3, 1, 1)
+            x, x_l = (x + delta).clamp(-1, 1), (x_l + delta).clamp(-1, 1)
+        return x, x_l, boxes
+
+    def _boxes(self, lms: Any, x: torch.Tensor) -> torch.Tensor:
+        from ..face3d.landmarks import component_boxes
+
         r = x.shape[-1]
-        lms = s1["landmarks"]
         if lms is None:  # backend without landmarks: the FFHQ template positions
             from ..pipeline import ffhq_template
 
@@ -397,9 +457,7 @@ class IDEudemon(NeuralMethod):
                                       [t[3:, 0].mean() - 0.12 * r, t[3:, 1].mean() - 0.12 * r, t[3:, 0].mean() + 0.12 * r, t[3:, 1].mean() + 0.12 * r]]), (x.shape[0], 1, 1))
         else:
             boxes = np.stack([component_boxes(lm, r) for lm in lms])  # [N, 3, 4]
-        out = {"x": x, "x_l": s1["x_l"].detach(), "boxes": torch.as_tensor(boxes, dtype=x.dtype, device=x.device)}
-        self._cache = (key, out)
-        return out
+        return torch.as_tensor(boxes, dtype=x.dtype, device=x.device)
 
     def _rois(self, images: torch.Tensor, boxes: torch.Tensor) -> dict[str, torch.Tensor]:
         from ..nn.discriminators import crop_rois
@@ -481,12 +539,66 @@ class IDEudemon(NeuralMethod):
         }
 
 
+class SFacePerceptual(nn.Module):
+    """phi of eq. 5 for the demo (no VGG-19 ImageNet weights offline): the pretrained SFace-torch trunk
+    (:mod:`zoo.nn.sface`) on the SFace-aligned 112 px crop of FFHQ-aligned images; the loss is
+    ``sum_l mean|phi_l(x) - phi_l(y)|`` over the outputs of trunk blocks ``layers`` (default: the last
+    layer at 56, 28, 14 and 7 px)."""
+
+    DEFAULT_LAYERS = (6, 10, 22, 26)
+
+    def __init__(self, layers: Sequence[int] | None = None):
+        super().__init__()
+        from ..nn.sface import load_sface
+
+        self.net = load_sface().eval().requires_grad_(False)
+        self.layers = tuple(int(i) for i in (layers or self.DEFAULT_LAYERS))
+
+    def features(self, x: torch.Tensor) -> list[torch.Tensor]:
+        from ..nn.sface import ffhq_to_sface_theta
+
+        theta = ffhq_to_sface_theta(x.shape[-1]).to(x)
+        grid = F.affine_grid(theta.expand(x.shape[0], 2, 3), [x.shape[0], 3, 112, 112], align_corners=False)
+        h = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False) * (127.5 / 128.0)
+        feats = []
+        for i, layer in enumerate(self.net.trunk):
+            h = layer(h)
+            if i in self.layers:
+                feats.append(h)
+            if i >= max(self.layers):
+                break
+        return feats
+
+    def perceptual_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        fx, fy = self.features(x), self.features(y.detach())
+        return sum(F.l1_loss(a, b) for a, b in zip(fx, fy))  # type: ignore[return-value]
+
+
+def export_restorer(trained: str, out: str, fp16: bool = True, config: dict[str, Any] | None = None) -> None:
+    """A trained IDEudemon folder (restorer + discriminators) -> an inference checkpoint in ``out``: the
+    restorer only (the discriminators are training-only), in fp16 by default, plus the spaces and the
+    trained config (or ``config``, e.g. the recipe with inference settings changed)."""
+    from ..hub import load_components, save_components
+
+    stored, components, extra = load_components(trained, expected_method=IDEudemon.name)
+    config = dict(config) if config is not None else stored
+    keep = {k: v for k, v in components.items() if k in ("restorer", "face_parser", "headnerf")}
+    if fp16:
+        keep["restorer"] = keep["restorer"].half()
+    save_components(out, IDEudemon.name, keep, config, extra)
+
+
 def _has_restorer(config: dict[str, Any]) -> bool:
     return bool((config.get("step2", {}) or {}).get("restorer", True))
 
 
 STEP_ONE_LABEL = ("demo: Step I only (offline mesh backend: shape + texture spaces learned here from synthetic faces), "
                   "no trained restorer; not the paper's HeadNeRF / GFPGAN weights")
+
+
+RESTORER_LABEL = ("demo: Step I on the offline mesh backend (shape + texture spaces learned here from synthetic faces) + "
+                  "a small GFPGAN-style restorer trained here on CPU at 64 px on synthetic faces (losses of eq. 5-9, "
+                  "SFace-torch for the identity and perceptual terms); not the paper's HeadNeRF / GFPGAN weights")
 
 
 class IDEudemonStepOne(IDEudemon):
