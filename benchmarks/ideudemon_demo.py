@@ -179,12 +179,12 @@ def timing(method, crop: np.ndarray, threads: int, repeats: int = 5) -> dict:
 
 def to_markdown(res: dict) -> str:
     lines = [
-        "# IDEudemon demo tier (Step I with a shape + texture identity, no restorer): measured on CPU",
+        f"# IDEudemon demo tier (Step I with a shape + texture identity, {res.get('step2_label', 'no restorer')}): measured on CPU",
         "",
         f"Command: `{res['command']}`",
         "",
         f"Weights: {res['weights_label']}. Resolution {res['resolution']} px; config step1 = `{json.dumps(res['step1'])}`; "
-        f"{res['seconds']:.0f} s on {res['machine']}.",
+        f"step2 = `{json.dumps(res.get('step2', {}))}` ({res.get('step2_label', 'no restorer')}); {res['seconds']:.0f} s on {res['machine']}.",
         "",
         "Judge: dlib ResNet (never used to build or tune anything in this method except the gain choice, "
         "see docs/ideudemon.md), same person when the L2 distance < 0.6, on FFHQ-aligned crops. 'matched' = "
@@ -228,6 +228,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--photos", nargs="*", default=[], help="more held-out real photos")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "ideudemon_demo_cpu"))
+    p.add_argument("--no-restorer", action="store_true", help="Step I alone (the checkpoint's restorer left out)")
+    p.add_argument("--restorer-output", choices=["replace", "residual"], help="override step2.output")
     a = p.parse_args(argv)
     import platform
 
@@ -242,6 +244,14 @@ def main(argv: list[str] | None = None) -> dict:
 
         method = IDEudemon.from_config(load_config(a.config or str(REPO / "training" / "configs" / "ideudemon_demo.yaml")))
     method = method.to("cpu")
+    if a.no_restorer:
+        method.components.pop("restorer", None)
+    if a.restorer_output:
+        method.restorer_output = a.restorer_output
+        method.config["step2"] = {**(method.config.get("step2") or {}), "output": a.restorer_output}
+    has_restorer = "restorer" in method.components
+    step2_label = (f"restorer at {method.restorer_size} px, output {method.restorer_output}" if has_restorer
+                   else "no restorer" + (" (left out with --no-restorer)" if a.no_restorer else ""))
     size = method.resolution
     scales = [0.0] + [float(s) for s in a.scales.split(",")]
     bundled, held = _photos(a.photos)
@@ -264,7 +274,7 @@ def main(argv: list[str] | None = None) -> dict:
     command = "python benchmarks/ideudemon_demo.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     res = {
         "command": command, "weights_label": getattr(method, "weights_label", None) or "full method", "resolution": size,
-        "step1": method.config.get("step1", {}), "sets": {k: v[1] for k, v in sets.items()}, "rows": rows, "photos": photos,
+        "step1": method.config.get("step1", {}), "step2": method.config.get("step2", {}), "step2_label": step2_label, "sets": {k: v[1] for k, v in sets.items()}, "rows": rows, "photos": photos,
         "photo_keys": a.keys, "timing": tim, "seconds": time.time() - t0,
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads for the timing",
         "judge": {"name": "dlib", "threshold": 0.6},
