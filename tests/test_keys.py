@@ -86,6 +86,35 @@ def test_fingerprint_and_repr_never_show_the_secret():
 def test_empty_secret_is_refused():
     with pytest.raises(ValueError, match="empty"):
         Secret("")
+    with pytest.raises(ValueError, match="empty"):
+        Secret(" \n\t")
+
+
+def test_key_text_is_one_rule_for_the_api_the_cli_and_the_app(tmp_path, monkeypatch):
+    """A key typed with a stray space in the app, passed to --key, read from a file with its final
+    newline or set in ZOO_KEY is the same key; inner whitespace and case still matter."""
+    import argparse
+
+    from zoo import cli
+    from zoo.keys import key_text
+
+    fp = Secret("my key").fingerprint
+    assert Secret("  my key \n").fingerprint == Secret(b"my key\r\n").fingerprint == fp
+    assert Secret("my  key").fingerprint != fp and Secret("My key").fingerprint != fp
+    assert key_text(b"\xff\xfe\n") == b"\xff\xfe\n"  # a binary key file is kept as it is
+    (tmp_path / "key.txt").write_bytes(b"my key\r\n")
+    monkeypatch.delenv("ZOO_KEY", raising=False)
+    seen = []
+    for kw in ({"key": " my key ", "key_file": None}, {"key": None, "key_file": str(tmp_path / "key.txt")}):
+        secret, _ = cli.read_key(argparse.Namespace(**kw))
+        seen.append(Secret(secret).fingerprint)
+    monkeypatch.setenv("ZOO_KEY", "my key\n")
+    seen.append(Secret(cli.read_key(argparse.Namespace(key=None, key_file=None))[0]).fingerprint)
+    space_app = pytest.importorskip("space_app")
+    seen.append(Secret(space_app._key_or_error("\tmy key  ")).fingerprint)
+    assert seen == [fp] * 4
+    with pytest.raises(cli.CLIError, match="empty"):
+        cli.read_key(argparse.Namespace(key="   ", key_file=None))
 
 
 def test_uniform_vectors_fill_the_range_evenly():

@@ -339,6 +339,36 @@ def test_upscaled_pass_finds_small_faces(t1_rgb):
     assert len(P.detect_faces(small, upscale=0)) <= len(found)
 
 
+def test_border_pass_finds_a_face_cut_by_the_edge(t1_rgb, t1_faces):
+    """A photo cropped through a face (the top edge at 60% of its height: eyes gone, nose and mouth
+    left), as a video frame cuts a face entering it. Without the mirrored-border pass nothing is found
+    and the face would leave the tool untouched."""
+    x0, y0, x1, y1 = t1_faces[3].box
+    top = int(y0 + 0.6 * (y1 - y0))
+    crop = np.ascontiguousarray(t1_rgb[top:])
+    assert P.detect_faces(crop, border=False) == []
+    found = P.detect_faces(crop)
+    assert len(found) == 1
+    fx0, fy0, fx1, fy1 = found[0].box
+    assert fy0 == 0 and abs((fx0 + fx1) / 2 - (x0 + x1) / 2) < 0.25 * (x1 - x0)  # the cut face, clipped to the photo
+    out = np.asarray(zoo.load("blur").anonymize(crop))
+    region = (slice(0, int(fy1)), slice(int(fx0), int(fx1)))
+    assert np.abs(out[region].astype(int) - crop[region].astype(int)).mean() > 5
+
+
+def test_upscaled_pass_keeps_tiny_faces_but_no_large_unsure_boxes():
+    """The crowd at 0.25x (54 faces of ~10 px): every face is found, and nothing else."""
+    RP = _fixture()
+    photos = RP.photos()
+    if "crowd" not in photos:
+        pytest.skip("insightface's t1.jpg not installed")
+    rgb, boxes = photos["crowd"]
+    img, truth = RP.transformed(rgb, boxes, "small")
+    got = np.array([f.box for f in P.detect_faces(img, orientations=False)]).reshape(-1, 4)
+    assert RP.matches(truth, got).all()
+    assert RP.matches(got, truth).all()
+
+
 def _fixture():
     import sys
 

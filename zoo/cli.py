@@ -104,26 +104,25 @@ def parse_controls(values: Sequence[str] | None) -> dict[str, str]:
 
 
 def read_key(args: argparse.Namespace) -> tuple[bytes | str | None, str]:
-    """(secret, where it came from). Never printed, never written."""
+    """(secret, where it came from). Never printed, never written. Key text follows
+    :func:`zoo.keys.key_text`, the rule the app and the API use (surrounding whitespace dropped)."""
+    from .keys import key_text
+
     if args.key is not None and args.key_file is not None:
         raise CLIError("give --key or --key-file, not both")
     if args.key is not None:
-        if not args.key:
+        if not key_text(args.key):
             raise CLIError("--key is empty")
-        return args.key, "--key"
+        return key_text(args.key), "--key"
     if args.key_file is not None:
         path = Path(args.key_file).expanduser()
         if not path.is_file():
             raise CLIError(f"key file not found: {path}")
-        data = path.read_bytes()
-        if data.endswith(b"\r\n"):
-            data = data[:-2]
-        elif data.endswith(b"\n"):
-            data = data[:-1]
+        data = key_text(path.read_bytes())  # as typed in the app: no surrounding whitespace
         if not data:
             raise CLIError(f"key file {path} is empty")
         return data, "--key-file"
-    env = os.environ.get("ZOO_KEY")
+    env = key_text(os.environ.get("ZOO_KEY", ""))
     if env:
         return env, "ZOO_KEY"
     return None, "none (random, not recoverable)"

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Secret", "KeyMaterial", "new_secret", "as_secret"]
+__all__ = ["Secret", "KeyMaterial", "new_secret", "as_secret", "key_text"]
 
 _SALT = b"face-deid-zoo/kdf/v1"
 _ITERATIONS = 100_000
@@ -33,6 +33,19 @@ _ITERATIONS = 100_000
 def new_secret(nbytes: int = 16) -> str:
     """A fresh random secret (URL-safe text, ``nbytes`` of entropy) from the OS CSPRNG."""
     return _secrets.token_urlsafe(nbytes)
+
+
+def key_text(secret: str | bytes) -> str | bytes:
+    """The one rule for key text, in the API, the CLI (``--key``, ``--key-file``, ``ZOO_KEY``) and the app:
+    text (or bytes that decode as UTF-8) loses leading and trailing whitespace, so a key typed with a
+    stray space or read from a file with its final newline is the same key everywhere. Other bytes (a
+    binary key file) are kept as they are."""
+    if isinstance(secret, (bytes, bytearray)):
+        try:
+            return bytes(secret).decode("utf-8").strip()
+        except UnicodeDecodeError:
+            return bytes(secret)
+    return str(secret).strip()
 
 
 def _expand(prk: bytes, info: bytes, length: int) -> bytes:
@@ -53,9 +66,10 @@ class Secret:
     def __init__(self, secret: str | bytes):
         if isinstance(secret, Secret):  # pragma: no cover - handled by as_secret
             raise TypeError("already a Secret")
-        raw = secret.encode("utf-8") if isinstance(secret, str) else bytes(secret)
+        secret = key_text(secret)
+        raw = secret.encode("utf-8") if isinstance(secret, str) else secret
         if len(raw) == 0:
-            raise ValueError("the key/secret must not be empty")
+            raise ValueError("the key/secret must not be empty (or only whitespace)")
         self._master = hashlib.pbkdf2_hmac("sha256", raw, _SALT, _ITERATIONS, dklen=32)
         self.fingerprint = "k:" + _expand(self._master, b"fingerprint", 4).hex()
 

@@ -404,9 +404,54 @@ UPSCALE = 2.0
 UPSCALE_MIN_SIDE = 1024
 UPSCALE_MAX_SIDE = 1600
 UPSCALE_MAX_FACTOR = 4.0
+#: faces of the upscaled pass smaller than this (px, at the first pass's scale) are kept at the detector's
+#: own threshold; larger ones, which the first pass could have found, only when sure
+UPSCALE_SMALL_FACE = 32.0
 
 
-def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale) -> list[DetectedFace]:
+#: the border pass pads the photo by this fraction of its longer side, mirroring its edges
+BORDER_PAD = 0.15
+#: a face found past the edge is kept when at least this fraction of its box lies inside the photo ...
+BORDER_MIN_INSIDE = 0.25
+#: ... and the part inside is at least this many pixels on each side (a sliver in a corner is no face:
+#: on scikit-image's astronaut YuNet found 8 x 13 px "faces" in the mirrored corners)
+BORDER_MIN_SIDE = 12
+#: ... and at most this fraction of the photo's shorter side (a large face cut by the edge keeps enough of
+#: itself for the first pass; mirrored large textures make face-like patterns: YuNet found 171 and 181 px
+#: "faces" on the astronaut's suit, 0.33 of the photo, in its turned and mirrored copies)
+BORDER_MAX_FRACTION = 0.3
+
+
+def _border_faces(fn, rgb, min_score, max_side, min_side, found) -> list[DetectedFace]:
+    """Faces cut by the photo's edge (a video frame, a tight crop): detectors miss a half face, but in a
+    copy whose edges are mirrored outwards it looks whole. Faces whose box crosses the edge, with at
+    least :data:`BORDER_MIN_INSIDE` of it inside, overlapping none in ``found``; boxes clipped to the photo,
+    landmarks as found (they may lie outside). Measured on the video benchmark's clip (the group photo
+    panned): a face cut by the right edge in frame 0 and a chin and mouth under the top edge in frames
+    11-20, all missed before, were found (YuNet 0.64-0.86); on scikit-image's photos x 7 transforms the
+    only boxes on no face were on the astronaut's suit, which the size rules keep out."""
+    h, w = rgb.shape[:2]
+    pad = int(round(BORDER_PAD * max(h, w)))
+    padded = cv2.copyMakeBorder(rgb, pad, pad, pad, pad, cv2.BORDER_REFLECT)
+    plong = max(h, w) + 2 * pad
+    pscale = max_side / plong if plong > max_side else (min_side / plong if plong < min_side else 1.0)
+    out: list[DetectedFace] = []
+    for f in _run_scaled(fn, padded, min_score, pscale):
+        box = f.box - pad
+        inside = np.clip(box, [0, 0, 0, 0], [w, h, w, h])
+        area = max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+        kept = max(0.0, inside[2] - inside[0]) * max(0.0, inside[3] - inside[1])
+        crosses = box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h
+        if not crosses or area <= 0 or kept < BORDER_MIN_INSIDE * area or min(inside[2] - inside[0], inside[3] - inside[1]) < BORDER_MIN_SIDE \
+                or max(inside[2] - inside[0], inside[3] - inside[1]) > BORDER_MAX_FRACTION * min(h, w):
+            continue
+        if any(_overlaps(inside, g.box) for g in list(found) + out):
+            continue
+        out.append(DetectedFace(inside, f.landmarks - pad, f.score, f.detector))
+    return out
+
+
+def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale, border=True) -> list[DetectedFace]:
     h, w = rgb.shape[:2]
     long_side = max(h, w)
     scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
@@ -421,14 +466,21 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(DetectedFace(box, f.landmarks - pad, f.score, f.detector))
+    if border:
+        faces += _border_faces(fn, rgb, min_score, max_side, min_side, faces)
     if upscale and upscale > 1.0:
         # Small faces (a crowd, a photo passed on at a quarter of its size): the detector's smallest
-        # anchors miss faces under ~20 px; an enlarged copy brings them into range. Sure faces it finds
-        # that overlap none already found are added.
+        # anchors miss faces under ~20 px; an enlarged copy brings them into range. Faces it finds that
+        # overlap none already found are added: small ones (under UPSCALE_SMALL_FACE px at the first
+        # pass's scale, what this pass is for) above the detector's own threshold, larger ones only when
+        # sure (EXTRA_ORIENTATION_SCORE). Measured on the crowd at 0.25x (~9 px faces): 0.85 as the bar for
+        # all found 47 of 54, the detector's threshold all 54; a large box at 0.79 on the astronaut's
+        # suit (turned 180 degrees) is what the size rule keeps out (benchmarks/results/detection_recall.md).
         big = min(max(scale * upscale, UPSCALE_MIN_SIDE / long_side), UPSCALE_MAX_SIDE / long_side, UPSCALE_MAX_FACTOR)
         if big >= scale * 1.5:
             for f in _run_scaled(fn, rgb, min_score, big):
-                if f.score >= EXTRA_ORIENTATION_SCORE and not any(_overlaps(f.box, g.box) for g in faces):
+                small_face = max(f.width, f.height) * scale < UPSCALE_SMALL_FACE
+                if (small_face or f.score >= EXTRA_ORIENTATION_SCORE) and not any(_overlaps(f.box, g.box) for g in faces):
                     faces.append(f)
     if orientations:
         # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their
@@ -450,6 +502,7 @@ def detect_faces(
     min_side: int = 320,
     orientations: bool = True,
     upscale: float | None = None,
+    border: bool = True,
 ) -> list[DetectedFace]:
     """Find the faces of a uint8 RGB photo ``[H, W, 3]``; sorted left to right (box centre x, then y).
 
@@ -462,6 +515,8 @@ def detect_faces(
     the passes, so a sideways or upside-down photo is not returned untouched.
     ``upscale`` (default :data:`UPSCALE`; 0 or 1 = off) adds a pass over the photo enlarged by that
     factor (see :data:`UPSCALE_MIN_SIDE`), for faces too small for the detector at the photo's own size.
+    ``border`` (default on) adds a pass over the photo with its edges mirrored outwards, for faces cut
+    by the edge (a video frame, a tight crop): see :func:`_border_faces`.
     ``detector`` may name several detectors joined by ``+``: each searches the photo, the first one's
     faces are kept and the others add the faces it missed.
     """
@@ -473,7 +528,7 @@ def detect_faces(
     faces: list[DetectedFace] = []
     for i, name in enumerate(names):
         fn, default_score = _DETECTORS[name]
-        found = _single_detector(fn, rgb, default_score if min_score is None else float(min_score), max_side, min_side, orientations, upscale)
+        found = _single_detector(fn, rgb, default_score if min_score is None else float(min_score), max_side, min_side, orientations, upscale, border)
         if i == 0:
             faces = found
         else:
