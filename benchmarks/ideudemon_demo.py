@@ -229,6 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "ideudemon_demo_cpu"))
     p.add_argument("--no-restorer", action="store_true", help="Step I alone (the checkpoint's restorer left out)")
+    p.add_argument("--with-restorer", action="store_true", help="run the checkpoint's restorer even where its config ships it switched off")
     p.add_argument("--restorer-output", choices=["replace", "residual"], help="override step2.output")
     a = p.parse_args(argv)
     import platform
@@ -245,13 +246,17 @@ def main(argv: list[str] | None = None) -> dict:
         method = IDEudemon.from_config(load_config(a.config or str(REPO / "training" / "configs" / "ideudemon_demo.yaml")))
     method = method.to("cpu")
     if a.no_restorer:
-        method.components.pop("restorer", None)
+        method.use_restorer = False
+    if a.with_restorer:
+        if "restorer" not in method.components:
+            raise SystemExit("--with-restorer: this checkpoint has no restorer")
+        method.use_restorer = True
     if a.restorer_output:
         method.restorer_output = a.restorer_output
         method.config["step2"] = {**(method.config.get("step2") or {}), "output": a.restorer_output}
-    has_restorer = "restorer" in method.components
+    has_restorer = bool(getattr(method, "use_restorer", False))
     step2_label = (f"restorer at {method.restorer_size} px, output {method.restorer_output}" if has_restorer
-                   else "no restorer" + (" (left out with --no-restorer)" if a.no_restorer else ""))
+                   else "no restorer" + (" (checkpoint's restorer not run)" if "restorer" in method.components else ""))
     size = method.resolution
     scales = [0.0] + [float(s) for s in a.scales.split(",")]
     bundled, held = _photos(a.photos)

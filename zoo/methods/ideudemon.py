@@ -111,6 +111,8 @@ class IDEudemon(NeuralMethod):
 
     train_generator: torch.Generator | None = None
     weights_label: str | None = None
+    #: set by the trainer's loss calls: the restorer runs even when ``step2.enabled`` is false
+    training_mode: bool = False
 
     def __init__(self, config: dict[str, Any], components: dict[str, nn.Module], extra: dict[str, torch.Tensor] | None = None):
         super().__init__(config, components, extra)
@@ -164,8 +166,11 @@ class IDEudemon(NeuralMethod):
         #: ``step2.cache_step1`` (training): Step I of each training face is computed once and kept
         self.cache_step1 = bool(step2.get("cache_step1", False))
         self._step1_cache: dict[bytes, tuple[torch.Tensor, torch.Tensor]] = {}
-        if bool(step2.get("demo", False)):
-            self.weights_label = RESTORER_LABEL
+        #: ``step2.enabled`` (default true): whether anonymization runs the restorer; a checkpoint may ship
+        #: one switched off (set ``method.use_restorer = True`` to run it)
+        self.use_restorer = "restorer" in self.components and bool(step2.get("enabled", True))
+        if bool(step2.get("demo", False)) and "restorer" in self.components:
+            self.weights_label = RESTORER_LABEL if self.use_restorer else RESTORER_OFF_LABEL
         if "restorer" in self.components and next(self.components["restorer"].parameters()).dtype != torch.float32:
             self.components["restorer"] = self.components["restorer"].float()  # shipped in fp16, run in fp32
         vsa = dict(self.config.get("vsa", {}) or {})
@@ -268,7 +273,7 @@ class IDEudemon(NeuralMethod):
         """G(X_l) -> X': the GFPGAN-style restorer; its fixed noise buffers (deterministic) unless ``noise``
         (one ``[N, 1, r, r]`` map per style conv, e.g. :meth:`_train_noise`) is given. Without a restorer
         (:class:`IDEudemonStepOne`) X_l itself."""
-        if "restorer" not in self.components:
+        if "restorer" not in self.components or not (self.use_restorer or self.training_mode):
             return x_l
         r, s = x_l.shape[-1], self.restorer_size
         inp = x_l if r == s else F.interpolate(x_l, size=(s, s), mode="bilinear", align_corners=False, antialias=True)
@@ -485,6 +490,7 @@ class IDEudemon(NeuralMethod):
     def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int):
         if stage != 1:
             raise ValueError(f"ideudemon has stages {self.stages}, not {stage}")
+        self.training_mode = True
         for name in ("face_parser", "headnerf"):
             if name in self.components:
                 self.components[name].eval()
@@ -618,6 +624,11 @@ STEP_ONE_LABEL = ("demo: Step I only (offline mesh backend: shape + texture spac
 RESTORER_LABEL = ("demo: Step I on the offline mesh backend (shape + texture spaces learned here from synthetic faces) + "
                   "a small GFPGAN-style restorer trained here on CPU at 64 px on synthetic faces (losses of eq. 5-9, "
                   "SFace-torch for the identity and perceptual terms); not the paper's HeadNeRF / GFPGAN weights")
+
+
+RESTORER_OFF_LABEL = ("demo: Step I only by default (offline mesh backend: shape + texture spaces learned here from synthetic "
+                      "faces); a small GFPGAN-style restorer trained here on CPU (64 px, synthetic faces) ships switched off "
+                      "(it raised the head-pose error; method.use_restorer = True runs it); not the paper's HeadNeRF / GFPGAN weights")
 
 
 class IDEudemonStepOne(IDEudemon):
