@@ -370,10 +370,10 @@ def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
     return inside(a, ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) or inside(b, ((a[0] + a[2]) / 2, (a[1] + a[3]) / 2))
 
 
-#: the turned copies are searched at this fraction of the photo's own detection scale (they pay for the
-#: border pass): on the packaged real photos turned 0/90/180/270 (248 faces) YuNet found all 248 at 1.0
-#: and at 0.75, 245 at 0.5, in 4.4 / 3.3 / 2.4 s on one thread
-ORIENTATION_SCALE = 0.75
+#: the turned copies are searched at this fraction of the photo's own detection scale. 0.75 found all 248
+#: faces of the real photos turned 0/90/180/270 (245 at 0.5) and was faster, but its coarser boxes left one
+#: face per turned photo matched by SFace after `blur` and `mask` (benchmarks/deface_compare.py): 1.0
+ORIENTATION_SCALE = 1.0
 
 #: a face found only in a turned copy of the photo (not in the photo's own orientation) must be this sure
 EXTRA_ORIENTATION_SCORE = 0.85
