@@ -370,11 +370,6 @@ def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
     return inside(a, ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) or inside(b, ((a[0] + a[2]) / 2, (a[1] + a[3]) / 2))
 
 
-#: the turned copies are searched at this fraction of the photo's own detection scale. 0.75 found all 248
-#: faces of the real photos turned 0/90/180/270 (245 at 0.5) and was faster, but its coarser boxes left one
-#: face per turned photo matched by SFace after `blur` and `mask` (benchmarks/deface_compare.py): 1.0
-ORIENTATION_SCALE = 1.0
-
 #: a face found only in a turned copy of the photo (not in the photo's own orientation) must be this sure
 EXTRA_ORIENTATION_SCORE = 0.85
 
@@ -414,10 +409,8 @@ UPSCALE_MAX_FACTOR = 4.0
 UPSCALE_SMALL_FACE = 32.0
 
 
-#: the border pass pads the photo by this fraction of its longer side, mirroring its edges ...
+#: the border pass pads the photo by this fraction of its longer side, mirroring its edges
 BORDER_PAD = 0.15
-#: ... and searches that copy at this fraction of the photo's own detection scale
-BORDER_SCALE = 1.0
 #: a face cut by the edge is kept when at least this fraction of its box lies inside the photo ...
 BORDER_MIN_INSIDE = 0.25
 #: ... and the part inside is at least this many pixels on each side (a sliver in a corner is no face:
@@ -432,7 +425,7 @@ BORDER_MAX_FRACTION = 0.3
 def _border_faces(fn, rgb, min_score, scale, found) -> list[DetectedFace]:
     """Faces cut by the photo's edge (a video frame, a tight crop): detectors miss a half face, but in a
     copy whose edges are mirrored outwards (:data:`BORDER_PAD`) it looks whole. That copy is searched at
-    :data:`BORDER_SCALE` of the photo's detection ``scale``; faces whose box crosses the edge with at
+    the photo's detection ``scale`` (0.75 of it put a box on the astronaut's mirrored suit); faces whose box crosses the edge with at
     least :data:`BORDER_MIN_INSIDE` of it inside, their part inside within the size rules
     (:data:`BORDER_MIN_SIDE`, :data:`BORDER_MAX_FRACTION`), overlapping none in ``found``, are returned
     with their box clipped to the photo (landmarks as found; they may lie outside). Measured on the video
@@ -444,7 +437,7 @@ def _border_faces(fn, rgb, min_score, scale, found) -> list[DetectedFace]:
     pad = int(round(BORDER_PAD * max(h, w)))
     padded = cv2.copyMakeBorder(rgb, pad, pad, pad, pad, cv2.BORDER_REFLECT)
     out: list[DetectedFace] = []
-    for f in sorted(_run_scaled(fn, padded, min_score, scale * BORDER_SCALE), key=lambda f: -f.score):
+    for f in sorted(_run_scaled(fn, padded, min_score, scale), key=lambda f: -f.score):
         box = f.box - pad
         inside = np.clip(box, [0, 0, 0, 0], [w, h, w, h])
         area = max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
@@ -495,7 +488,7 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
         passes = [faces]
         for k in (1, 2, 3):
             turned = np.ascontiguousarray(np.rot90(rgb, k))
-            passes.append([_from_rotated(f, k, w, h) for f in _run_scaled(fn, turned, min_score, scale * ORIENTATION_SCALE)])
+            passes.append([_from_rotated(f, k, w, h) for f in _run_scaled(fn, turned, min_score, scale)])
         faces = merge_orientations(passes)
     return faces
 
