@@ -111,9 +111,10 @@ def read_key(args: argparse.Namespace) -> tuple[bytes | str | None, str]:
     if args.key is not None and args.key_file is not None:
         raise CLIError("give --key or --key-file, not both")
     if args.key is not None:
-        if not key_text(args.key):
+        key = key_text(args.key)
+        if not key:
             raise CLIError("--key is empty")
-        return key_text(args.key), "--key"
+        return key, "--key"
     if args.key_file is not None:
         path = Path(args.key_file).expanduser()
         if not path.is_file():
@@ -425,7 +426,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("inputs", nargs="+", help="image files, folders (recursive), glob patterns, or example:NAME (group, astronaut, coffee)")
         s.add_argument("--method", "-m", action="append", help="method name; repeat it or give a comma list")
         s.add_argument("--key", help="secret text (prefer --key-file or ZOO_KEY: command lines are visible to other users)")
-        s.add_argument("--key-file", help="file whose bytes are the secret (one trailing newline removed)")
+        s.add_argument("--key-file", help="file holding the secret (text loses surrounding whitespace, as a typed key; other bytes are used as they are)")
         s.add_argument("--out", "-o", default="zoo_out", help="output folder (default: zoo_out)")
         s.add_argument("--aligned", action="store_true", help="inputs are already aligned square face crops")
         s.add_argument("--detector", help="face detector: auto, yunet, retinaface, centerface, insightface, or several joined by + (e.g. yunet+retinaface) (default: $ZOO_DETECTOR or auto)")
@@ -445,7 +446,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--method", "-m", action="append", help="method name (one)")
     s.add_argument("--out", "-o", required=True, help="output folder (datasets.load_from_disk reads it)")
     s.add_argument("--key", help="secret text (prefer --key-file or ZOO_KEY)")
-    s.add_argument("--key-file", help="file whose bytes are the secret (one trailing newline removed)")
+    s.add_argument("--key-file", help="file holding the secret (text loses surrounding whitespace, as a typed key; other bytes are used as they are)")
     s.add_argument("--split", help="split of a Hub / DatasetDict source")
     s.add_argument("--image-column", help="image column (default: the first Image column)")
     s.add_argument("--num-proc", type=int, help="worker processes for Dataset.map on this machine")

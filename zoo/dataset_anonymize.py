@@ -203,7 +203,7 @@ def anonymize_dataset(
 
         method = load(method_name, device=device or str(state.device), **load_kwargs)
     controls = dict(controls)
-    method.validate_controls({k: v for k, v in controls.items() if k not in ("min_face_score", "privacy_guard")})
+    method.validate_controls({k: v for k, v in controls.items() if k not in method.RUN_OPTIONS})
     settings = _settings(method, key, controls, ds, source, column, shard_size)
     manifest = work / "manifest.json"
 

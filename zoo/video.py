@@ -550,12 +550,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
         raise VideoError(f"unsupported output video type {out.suffix!r}; use one of {', '.join(sorted(VIDEO_EXTS))}")
     if max_gap < 0 or batch_frames < 1:
         raise ValueError("max_gap must be >= 0 and batch_frames >= 1")
-    controls = dict(controls)
-    min_score = controls.pop("min_face_score", None)
-    if min_score is not None and not 0.0 < float(min_score) < 1.0:
-        raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
-    guard = method.privacy_guard(controls.pop("privacy_guard", None)) if operation == "anonymize" else None
-    controls = method.validate_controls(controls)
+    min_score, guard, controls = method.split_run_options(operation, controls)
     info = _probe(src)
 
     # the secret: stretched once; without a key a fresh random one, so that each track still keeps one identity
@@ -578,7 +573,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
     try:
         for rgb, _, _ in read_frames(src):
             if faces_from is None:
-                detections.append(detect_faces(rgb, min_score=None if min_score is None else float(min_score)))
+                detections.append(detect_faces(rgb, min_score=min_score))
             if carries and operation == "recover":
                 found_blocks.append(carrier.extract_all(rgb, tag))
             n += 1

@@ -348,6 +348,20 @@ class DeidMethod:
                 errors.append(f"{type(err).__name__}: {err}")
         return results, errors, latents
 
+    #: options a run takes with the method controls that are not method controls
+    RUN_OPTIONS: ClassVar[tuple[str, ...]] = ("min_face_score", "privacy_guard")
+
+    def split_run_options(self, operation: str, controls: dict[str, Any]):
+        """``controls`` -> (detector threshold: float or None, privacy guard or None, validated method
+        controls). ``min_face_score`` must lie in (0, 1); ``privacy_guard`` (:meth:`privacy_guard`) applies to
+        anonymization only."""
+        controls = dict(controls)
+        min_score = controls.pop("min_face_score", None)
+        if min_score is not None and not 0.0 < float(min_score) < 1.0:
+            raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
+        guard = self.privacy_guard(controls.pop("privacy_guard", None)) if operation == "anonymize" else None
+        return (None if min_score is None else float(min_score)), guard, self.validate_controls(controls)
+
     def privacy_guard(self, option: Any = None):
         """The :class:`~zoo.guard.PrivacyGuard` an anonymization runs with: ``option`` None -> on when
         :attr:`guard_by_default`; False -> off; True -> on; a float -> on, retrying to that SFace distance."""
@@ -626,12 +640,7 @@ class DeidMethod:
         from .. import carrier, imageio, pipeline
 
         t0 = time.perf_counter()
-        controls = dict(controls)
-        min_score = controls.pop("min_face_score", None)  # detector threshold (photos), not a method control
-        if min_score is not None and not 0.0 < float(min_score) < 1.0:
-            raise ValueError(f"min_face_score must be between 0 and 1 (exclusive), got {min_score!r}")
-        guard = self.privacy_guard(controls.pop("privacy_guard", None)) if operation == "anonymize" else None
-        controls = self.validate_controls(controls)
+        min_score, guard, controls = self.split_run_options(operation, controls)  # detector threshold: photos only
         fingerprint = secret.fingerprint if secret is not None and self.uses_key else None
         carries = self.carries_latent and operation in ("anonymize", "recover")
         tag = carrier.method_tag(self.name)
@@ -670,7 +679,7 @@ class DeidMethod:
             return results if isinstance(image, (list, tuple)) else results[0]
 
         rgb, alpha = imageio.load_image(image)
-        faces = pipeline.detect_faces(rgb, min_score=None if min_score is None else float(min_score))
+        faces = pipeline.detect_faces(rgb, min_score=min_score)
         indices: list[int] = list(range(len(faces)))
         carried: list[np.ndarray | None] = [None] * len(faces)
         if carries and operation == "recover":
