@@ -1,9 +1,9 @@
 """Face-detection recall on real photos with known faces, per transform, and time per photo.
 
-    python benchmarks/detection_recall.py [--configs yunet:0,yunet:2,...] [--threads 2]
+    python benchmarks/detection_recall.py [--configs yunet:0,yunet,yunet:2,...] [--threads 2]
 
 A config is ``DETECTOR[:UPSCALE]`` (``DETECTOR`` as ``zoo.pipeline.detect_faces`` takes it, e.g.
-``yunet+centerface``; ``UPSCALE`` 0 = no upscaled pass). Photos and known faces: ``real_photos.py``
+``yunet+centerface``; ``UPSCALE`` 0 = no upscaled pass, none = the default ``zoo.pipeline.UPSCALE``). Photos and known faces: ``real_photos.py``
 (t1, astronaut, camera, crowd = 62 faces); transforms: as taken, turned 90/180/270, mirrored, 0.25x,
 grayscale. A known face is found when a detected box lies on it (``real_photos.matches``). Extra
 detections (boxes on no known face) are counted too, with those on scikit-image's ``coffee`` (no
@@ -28,7 +28,7 @@ import numpy as np  # noqa: E402
 
 import real_photos as RP  # noqa: E402
 
-DEFAULT_CONFIGS = "yunet:0,yunet:2,centerface:0,retinaface:0,yunet+centerface:0,yunet+centerface:2,yunet+retinaface:2"
+DEFAULT_CONFIGS = "yunet:0,yunet,centerface:0,retinaface:0,yunet+centerface:0,yunet+centerface,yunet+retinaface"
 
 
 def run(configs: list[str], transforms: list[str]) -> dict:

@@ -197,6 +197,20 @@ def test_noise_in_photos_is_keyed(t1_rgb):
     assert np.array_equal(a, b) and not np.array_equal(a, c)
 
 
+def test_noise_in_photos_is_luminance_noise_around_the_region_mean(t1_rgb, t1_faces):
+    m = zoo.load("noise", device="cpu")
+    out = np.asarray(m.anonymize(t1_rgb, key="one")).astype(float)
+    f = t1_faces[2]
+    cx, cy = (int(v) for v in f.center)
+    r = int(0.25 * f.width)
+    core = out[cy - r : cy + r, cx - r : cx + r].reshape(-1, 3)
+    inside = core[((core > 0) & (core < 255)).all(1)]  # not clipped on any channel
+    assert len(inside) > 0.2 * len(core)
+    # one noise value per pixel on all three channels: the channel differences are the mean colour's
+    assert (inside[:, 0] - inside[:, 1]).std() < 1.0 and (inside[:, 1] - inside[:, 2]).std() < 1.0
+    assert core[:, 1].std() > 60  # std 128 before clipping to [0, 255]
+
+
 def test_strength_grows_the_blur_in_photos(t1_rgb, t1_faces):
     m = zoo.load("blur", device="cpu")
     f = t1_faces[2]

