@@ -699,7 +699,7 @@ def _resolve(names: Sequence[str] | None, catalog: dict[str, MethodStatus], need
 
 
 def _key_or_error(key: str | None, what: str = "key") -> str:
-    key = key_text(key or "")
+    key = key_text(key)
     if not key:
         raise user_error(f"Please enter a {what} (any text).")
     return key
@@ -727,7 +727,7 @@ def anonymize_photo(
     of :data:`SLOTS`. The results never include the original: it stays in the input component."""
     rgb = read_photo(photo)
     chosen = _resolve(methods, catalog)
-    key = key_text(key or "") or None
+    key = key_text(key) or None
     return SLOTS.run(_anonymize_rgb, rgb, chosen, key, judge_name, control_keys, control_values)
 
 
@@ -891,7 +891,7 @@ def anonymize_clip(
     if not method:
         raise user_error("Please choose the method for the video.")
     (s,) = _resolve([method], catalog)
-    key = key_text(key or "") or None
+    key = key_text(key) or None
     return SLOTS.run(_anonymize_clip, str(video), info, s, key, control_keys, control_values, progress)
 
 
@@ -955,10 +955,10 @@ def recover_roundtrip(
     """Recover tab: anonymize with ``key``; recover with ``key`` and with ``wrong_key``."""
     rgb = read_photo(photo)
     chosen = _resolve(methods, catalog, need_reversible=True)
-    key = key_text(key or "")
+    key = key_text(key)
     random_key = not key
     key = key or new_secret()  # no key typed: a fresh one for this run only (shown by its fingerprint)
-    wrong_key = key_text(wrong_key or "") or key + " (wrong)"
+    wrong_key = key_text(wrong_key) or key + " (wrong)"
     if wrong_key == key:
         raise user_error("The wrong key must differ from the key; leave it empty to use the key with ' (wrong)' appended.")
     return SLOTS.run(_roundtrip_rgb, rgb, chosen, key, wrong_key, random_key, judge_name, control_keys, control_values)
@@ -1052,7 +1052,7 @@ def diversity_grid(
     n = int(n_keys or 4)
     if not 2 <= n <= MAX_KEYS:
         raise user_error(f"Choose between 2 and {MAX_KEYS} keys.")
-    base_key = key_text(base_key or "")
+    base_key = key_text(base_key)
     keys = [f"{base_key}#{i + 1}" if base_key else new_secret() for i in range(n)]
     return SLOTS.run(_diversity_rgb, rgb, chosen, keys, judge_name, control_keys, control_values)
 

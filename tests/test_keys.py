@@ -102,6 +102,7 @@ def test_key_text_is_one_rule_for_the_api_the_cli_and_the_app(tmp_path, monkeypa
     assert Secret("  my key \n").fingerprint == Secret(b"my key\r\n").fingerprint == fp
     assert Secret("my  key").fingerprint != fp and Secret("My key").fingerprint != fp
     assert key_text(b"\xff\xfe\n") == b"\xff\xfe\n"  # a binary key file is kept as it is
+    assert key_text(None) == key_text("  ") == ""  # an empty form field
     (tmp_path / "key.txt").write_bytes(b"my key\r\n")
     monkeypatch.delenv("ZOO_KEY", raising=False)
     seen = []
@@ -161,3 +162,23 @@ def test_new_secret_is_random_and_long_enough():
     secrets = {new_secret() for _ in range(50)}
     assert len(secrets) == 50
     assert all(len(s) >= 20 for s in secrets)  # 16 bytes of entropy, URL-safe base64
+
+
+def test_a_keyless_run_uses_a_random_secret_without_stretching_it(monkeypatch, t1_rgb):
+    """key=None: a fresh 32-byte random master key (no PBKDF2: it adds nothing to 256 random bits), a
+    new one per call, so two keyless runs give different noise."""
+    import zoo
+    from zoo import keys as K
+
+    a, b = Secret.random(), Secret.random()
+    assert a.derive("noise").seed != b.derive("noise").seed and a.fingerprint.startswith("k:")
+
+    def no_kdf(*args, **kwargs):
+        raise AssertionError("PBKDF2 ran for a random secret")
+
+    monkeypatch.setattr(K.hashlib, "pbkdf2_hmac", no_kdf)
+    m = zoo.load("noise", device="cpu")
+    one, two = (np.asarray(m.anonymize(t1_rgb)) for _ in range(2))
+    assert not np.array_equal(one, two)
+    with pytest.raises(AssertionError, match="PBKDF2"):
+        Secret("a human key")  # a given key is still stretched

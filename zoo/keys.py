@@ -35,11 +35,13 @@ def new_secret(nbytes: int = 16) -> str:
     return _secrets.token_urlsafe(nbytes)
 
 
-def key_text(secret: str | bytes) -> str | bytes:
+def key_text(secret: str | bytes | None) -> str | bytes:
     """The one rule for key text, in the API, the CLI (``--key``, ``--key-file``, ``ZOO_KEY``) and the app:
     text (or bytes that decode as UTF-8) loses leading and trailing whitespace, so a key typed with a
     stray space or read from a file with its final newline is the same key everywhere. Other bytes (a
-    binary key file) are kept as they are."""
+    binary key file) are kept as they are. None (an empty form field) is the empty key ``""``."""
+    if secret is None:
+        return ""
     if isinstance(secret, (bytes, bytearray)):
         try:
             return bytes(secret).decode("utf-8").strip()
@@ -72,6 +74,16 @@ class Secret:
             raise ValueError("the key/secret must not be empty (or only whitespace)")
         self._master = hashlib.pbkdf2_hmac("sha256", raw, _SALT, _ITERATIONS, dklen=32)
         self.fingerprint = "k:" + _expand(self._master, b"fingerprint", 4).hex()
+
+    @classmethod
+    def random(cls) -> "Secret":
+        """A fresh secret of 32 random bytes from the OS CSPRNG, used as the master key directly: stretching
+        slows the guessing of a human secret and adds nothing to 256 random bits, so a keyless run (a
+        secret used once and forgotten) does not pay PBKDF2's ~0.05 s per photo."""
+        self = object.__new__(cls)
+        self._master = _secrets.token_bytes(32)
+        self.fingerprint = "k:" + _expand(self._master, b"fingerprint", 4).hex()
+        return self
 
     def derive(self, method: str, face_index: int = 0, purpose: str = "key") -> "KeyMaterial":
         """Key material for ``method``'s ``purpose`` on face number ``face_index`` (0-based)."""

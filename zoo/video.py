@@ -538,7 +538,7 @@ def _faces_from_report(report: dict, n_frames: int) -> list[list[TrackedFace]]:
 
 def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, batch_frames, progress, controls, faces_from) -> VideoResult:
     from . import carrier
-    from .keys import Secret, new_secret
+    from .keys import Secret
     from .methods.base import _attach_carried
     from .pipeline import resolve_detector
 
@@ -559,7 +559,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
     if method.uses_key or operation == "recover":
         secret = method.run_secret(key) if key is not None else None
         if secret is None and method.uses_key:
-            secret = Secret(new_secret())
+            secret = Secret.random()
         elif secret is not None:
             fingerprint = secret.fingerprint
     carries = method.carries_latent

@@ -35,7 +35,7 @@ import numpy as np
 import torch
 from PIL import Image
 
-from ..keys import KeyMaterial, Secret, as_secret, new_secret
+from ..keys import KeyMaterial, Secret, as_secret
 
 __all__ = ["Control", "FaceRecord", "DeidResult", "DeidMethod", "ImageLike"]
 
@@ -235,7 +235,7 @@ class DeidMethod:
     def face_keys(self, secret: Secret | None, n: int, start: int = 0) -> list[KeyMaterial]:
         """One key per face, face ``i`` keyed by (secret, method name, i)."""
         if secret is None:
-            secret = Secret(new_secret())  # one fresh secret (one KDF run); faces still get independent keys
+            secret = Secret.random()  # one fresh secret, used once and forgotten; faces still get independent keys
         return [secret.derive(self.name, i) for i in range(start, start + n)]
 
     def guard_variant(self, keys: Sequence[KeyMaterial], controls: dict[str, Any], number: int) -> tuple[list, dict[str, Any]]:
@@ -271,7 +271,7 @@ class DeidMethod:
     def diversity(self, image: ImageLike, keys: Sequence[str | bytes | Secret] | int = 4, *, aligned: bool = False, **controls: Any) -> list:
         """Anonymize the same input with several keys (``keys`` may be a count of fresh random keys)."""
         if isinstance(keys, int):
-            keys = [new_secret() for _ in range(keys)]
+            keys = [Secret.random() for _ in range(keys)]
         return [self.anonymize(image, key=k, aligned=aligned, **controls) for k in keys]
 
     @property

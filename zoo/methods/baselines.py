@@ -17,8 +17,9 @@ mask       opacity of a flat fill (``fill``: gray, black, white) or an image fil
 
 Defaults, measured on the packaged real photos (t1, astronaut, camera and a crowd of 54 small faces; as
 taken, turned 90/180/270, mirrored, 0.25x and grayscale; ``python benchmarks/deface_compare.py``, next to
-deface): after blur, pixelate and mask neither dlib nor SFace matches any of the 379 judged faces;
-noise leaves 3 of them (the near-profile camera face, dlib 0.55-0.59) matched by dlib.
+deface): after every baseline neither dlib nor SFace matches any of the 379 judged faces (noise: with
+the benchmark's key; over 48 other keys dlib still matched the near-profile camera face 4 times, see
+``AdditiveNoise.PHOTO_STD``).
 
 **Aligned crops** (``aligned=True``, ``[N, 3, R, R]`` in [-1, 1]): only the face region changes,
 ``y = x * (1 - m) + effect(x) * m`` with ``m`` the feathered mask of :func:`zoo.pipeline.face_mask`,
