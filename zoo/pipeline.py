@@ -328,17 +328,25 @@ def resolve_detector(detector: str | None = "auto") -> str:
 
 
 def _run_scaled(fn, rgb: np.ndarray, min_score: float, scale: float) -> list[DetectedFace]:
-    if abs(scale - 1.0) < 1e-6:
+    """``fn`` on ``rgb`` resized by ``scale`` (:func:`_resized`), its faces mapped back to ``rgb``'s pixels."""
+    small = _resized(rgb, scale)
+    if small is rgb:
         return fn(rgb, min_score)
+    (h, w), (sh, sw) = rgb.shape[:2], small.shape[:2]
+    return [_scaled_face(f, w / sw, h / sh) for f in fn(small, min_score)]
+
+
+def _resized(rgb: np.ndarray, scale: float) -> np.ndarray:
+    """``rgb`` resized by ``scale`` (area averaging down, bilinear up); ``rgb`` itself at scale 1."""
+    if abs(scale - 1.0) < 1e-6:
+        return rgb
     h, w = rgb.shape[:2]
-    nw, nh = max(1, int(round(w * scale))), max(1, int(round(h * scale)))
-    small = cv2.resize(rgb, (nw, nh), interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-    sx, sy = w / nw, h / nh
-    out = []
-    for f in fn(small, min_score):
-        box = f.box * np.array([sx, sy, sx, sy])
-        out.append(DetectedFace(box, f.landmarks * np.array([sx, sy]), f.score, f.detector))
-    return out
+    size = (max(1, int(round(w * scale))), max(1, int(round(h * scale))))
+    return cv2.resize(rgb, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
+
+
+def _scaled_face(f: DetectedFace, sx: float, sy: float) -> DetectedFace:
+    return DetectedFace(f.box * np.array([sx, sy, sx, sy]), f.landmarks * np.array([sx, sy]), f.score, f.detector)
 
 
 def _from_rotated(face: DetectedFace, k: int, w: int, h: int) -> DetectedFace:
@@ -492,18 +500,6 @@ _TURN = {1: cv2.ROTATE_90_COUNTERCLOCKWISE, 2: cv2.ROTATE_180, 3: cv2.ROTATE_90_
 def _turned(rgb: np.ndarray, k: int) -> np.ndarray:
     """``np.rot90(rgb, k)`` as a contiguous array (cv2.rotate: one pass, no strided copy)."""
     return rgb if k % 4 == 0 else cv2.rotate(rgb, _TURN[k % 4])
-
-
-def _resized(rgb: np.ndarray, scale: float) -> np.ndarray:
-    if abs(scale - 1.0) < 1e-6:
-        return rgb
-    h, w = rgb.shape[:2]
-    size = (max(1, int(round(w * scale))), max(1, int(round(h * scale))))
-    return cv2.resize(rgb, size, interpolation=cv2.INTER_AREA if scale < 1 else cv2.INTER_LINEAR)
-
-
-def _scaled_face(f: DetectedFace, sx: float, sy: float) -> DetectedFace:
-    return DetectedFace(f.box * np.array([sx, sy, sx, sy]), f.landmarks * np.array([sx, sy]), f.score, f.detector)
 
 
 #: the orientation probe searches the photo as given and turned 180 degrees at this fraction of the
