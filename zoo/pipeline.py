@@ -382,6 +382,19 @@ def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
 EXTRA_ORIENTATION_SCORE = 0.85
 
 
+def _best_pass(passes: Sequence[Sequence[DetectedFace]]) -> int:
+    """Index of the pass over the photo's quarter turns with the most sure faces (score >=
+    :data:`EXTRA_ORIENTATION_SCORE`): the photo's orientation. Pass 0 (the photo as given) keeps that role
+    on a tie; between turned passes, a tie goes to the larger sum of scores."""
+    sure = [sum(f.score >= EXTRA_ORIENTATION_SCORE for f in p) for p in passes]
+    total = [sum(f.score for f in p) for p in passes]
+    best = 0
+    for i in range(1, len(passes)):
+        if sure[i] > sure[best] or (best != 0 and sure[i] == sure[best] and total[i] > total[best]):
+            best = i
+    return best
+
+
 def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[DetectedFace]:
     """Merge detection passes over the photo turned by 0/90/180/270 degrees (faces in input pixels).
 
@@ -390,12 +403,7 @@ def merge_orientations(passes: Sequence[Sequence[DetectedFace]]) -> list[Detecte
     strictly more sure faces. That pass gives every face it found; the other passes add the sure faces
     that overlap none already kept, so a turned face in an upright photo is found without admitting the
     weak false positives that turned textures produce."""
-    sure = [sum(f.score >= EXTRA_ORIENTATION_SCORE for f in p) for p in passes]
-    total = [sum(f.score for f in p) for p in passes]
-    best = 0
-    for i in range(1, len(passes)):
-        if sure[i] > sure[best] or (best != 0 and sure[i] == sure[best] and total[i] > total[best]):
-            best = i
+    best = _best_pass(passes)
     kept = list(passes[best])
     extras = sorted((f for i, p in enumerate(passes) if i != best for f in p if f.score >= EXTRA_ORIENTATION_SCORE), key=lambda f: -f.score)
     for f in extras:
@@ -599,40 +607,35 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
         return search(rgb)
     # Photos turned 90/180/270 degrees without an EXIF tag: detectors find few faces lying on their side,
     # and a face that is not found is not anonymized. A probe searches the four quarter turns at a
-    # fraction of the detection scale (ORIENTATION_PROBE_SCALE, SIDEWAYS_PROBE_SCALE); the turn with the most sure faces is the photo's orientation (the photo as given
-    # on a tie) and gets every pass at full scale; a sure face of another turn that overlaps none of
-    # those, or only one with a lower score, is searched again at full scale around it in its turn and
-    # added, or replaces that face (a head lying on its side in an upright photo: the upright pass may
-    # find it at a lower score, with a box and landmarks that do not fit it). When the probe finds no
-    # sure face, every turn is searched at full scale.
+    # fraction of the detection scale (ORIENTATION_PROBE_SCALE, SIDEWAYS_PROBE_SCALE); the turn with the
+    # most sure faces (_best_pass) is the photo's orientation and gets every pass at full scale. The
+    # faces of the other turns follow (below). When the probe finds no sure face, every turn is searched
+    # at full scale.
     probe_scales = [scale * (SIDEWAYS_PROBE_SCALE if k % 2 else ORIENTATION_PROBE_SCALE) for k in range(4)]
     probe_scales = [scale if long_side * p < ORIENTATION_PROBE_MIN_SIDE else p for p in probe_scales]
     full = [p == scale for p in probe_scales]  # that turn's probe is its full-scale first pass
     probes = _probe_orientations(fn, rgb, min_score, probe_scales)  # in rgb's pixels
     to_turned = lambda f, k: f if k == 0 else _from_rotated(f, (4 - k) % 4, *(((h, w) if k % 2 else (w, h))))  # noqa: E731
-    sure = [sum(f.score >= EXTRA_ORIENTATION_SCORE for f in p) for p in probes]
-    if max(sure) == 0:
+    if not any(f.score >= EXTRA_ORIENTATION_SCORE for p in probes for f in p):
         passes = [search(rgb, probes[0] if full[0] else None)]
         for k in (1, 2, 3):
             passes.append(probes[k] if full[k] else [_from_rotated(f, k, w, h) for f in _run_scaled(fn, _turned(rgb, k), min_score, scale)])
         return merge_orientations(passes)
-    total = [sum(f.score for f in p) for p in probes]
-    best = 0
-    for k in (1, 2, 3):
-        if sure[k] > sure[best] or (best != 0 and sure[k] == sure[best] and total[k] > total[best]):
-            best = k
+    best = _best_pass(probes)
     found = search(_turned(rgb, best), [to_turned(f, best) for f in probes[best]] if full[best] else None)
     kept = [f if best == 0 else _from_rotated(f, best, w, h) for f in found]
-    # faces of the other turns: a sure one at full scale is added (or replaces the one lower-scored face
-    # it overlaps); one from a coarser probe, sure or not, is searched again at full scale first, and a
-    # weak one is added only when that search finds it sure
+    # Faces of the other turns: a sure one at full scale is added, or replaces the one lower-scored face
+    # it overlaps (a head lying on its side in an upright photo: the upright pass may find it at a lower
+    # score, with a box and landmarks that do not fit it); one from a coarser probe, sure or not, is
+    # searched again at full scale in its turn first (_refine), and a weak one counts only when that
+    # search finds it sure.
     extras = sorted(((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE or not full[k]), key=lambda kf: -kf[1].score)
     for k, f in extras:
         over = [i for i, q in enumerate(kept) if _overlaps(f.box, q.box)]
         if len(over) > 1 or (over and kept[over[0]].score >= max(f.score, EXTRA_ORIENTATION_SCORE)):
             continue
         g = f if full[k] else _refine(fn, rgb, f, min_score, scale, turn=k, keep=f.score >= EXTRA_ORIENTATION_SCORE)
-        if g is None or g.score < EXTRA_ORIENTATION_SCORE and g is not f:
+        if g is None or (g.score < EXTRA_ORIENTATION_SCORE and g is not f):
             continue
         over = [i for i, q in enumerate(kept) if _overlaps(g.box, q.box)]
         if not over:
