@@ -99,7 +99,7 @@ def measure_set(method, crops: np.ndarray, scales: list[float], keys: int, label
         for k in range(keys if s > 0 else 1):
             ks = [Secret(f"ideudemon-demo-{k}").derive("ideudemon", i) for i in range(len(crops))]
             s1 = method.step_one(x, ks, s)
-            y = method.blend(method.restore(s1["x_l"]), x, s1["head"]).clamp(-1, 1)
+            y = method.step_two(x, s1)
             out = from_tensor(y)
             e = dlib.embed_aligned(out)
             matched += list(dlib.same_person(e0, e))

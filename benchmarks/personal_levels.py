@@ -62,11 +62,11 @@ def main(argv: list[str] | None = None) -> dict:
         rows = []
         for d in range(10):
             if demo:
-                z_an = m.edit_latent(z, right, level=d).half().float()  # what the carrier stores
+                z_an = m.anonymized_code(z, right, level=d).half().float()  # what the carrier stores
                 anon = images(m.decode(z_an))
-                rec = images(m.decode(m.unedit_latent(z_an, right, level=d)))
-                bad = images(m.decode(m.unedit_latent(z_an, wrong, level=d)))
-                anon2 = images(m.decode(m.edit_latent(z, other, level=d)))
+                rec = images(m.decode(m.recovered_code(z_an, right, level=d)))
+                bad = images(m.decode(m.recovered_code(z_an, wrong, level=d)))
+                anon2 = images(m.decode(m.anonymized_code(z, other, level=d)))
             else:
                 y = m.anonymize_faces(x, right, level=d)
                 anon, rec = images(y), images(m.recover_faces(y, right, level=d))

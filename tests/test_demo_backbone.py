@@ -177,6 +177,29 @@ def test_ifadit_demo_flow_inverts_exactly_only_with_the_key(ifadit_demo):
         assert not torch.allclose(ifadit_demo.edit_latent(z, wrong), z_anon)
 
 
+def test_anonymized_code_scale_moves_codes_to_the_prior_and_recovery_undoes_it():
+    from zoo.methods.personal import PersonalDemo
+
+    config = {"backbone": "dcgan", "resolution": 64, "library": {"identities": 100, "k": 10, "seed": 7}}
+    plain = PersonalDemo.from_config(config)
+    scaled = PersonalDemo.from_config({**config, "anonymized_code_scale": 1.7})
+    z = torch.randn(4, 100, generator=torch.Generator().manual_seed(5)) * 0.58  # at the inversion's radius
+    keys = scaled.face_keys(Secret("042917"), 4)
+    with torch.no_grad():
+        z_anon = scaled.anonymized_code(z, keys)
+        assert torch.allclose(z_anon, 1.7 * plain.anonymized_code(z, keys), atol=1e-5)
+        assert torch.allclose(z_anon.norm(dim=1), 1.7 * z.norm(dim=1), rtol=1e-4)  # personal keeps the norm
+        assert torch.allclose(scaled.recovered_code(z_anon, keys), z, atol=1e-3)  # a carried code: exact
+        # a face without a carried code is re-inverted: the inversion returns codes at its own radius,
+        # so the estimate of z_anon is the inverted code times the scale
+        y = scaled.decode(z_anon)
+        estimate = scaled.anonymized_latents(y, None, refine_steps=0)
+        assert torch.allclose(estimate, 1.7 * scaled.encode(y, 0), atol=1e-5)
+        assert torch.equal(scaled.anonymized_latents(y, [z_anon[i].numpy() for i in range(4)], 0), z_anon)
+    with pytest.raises(ValueError, match="anonymized_code_scale"):
+        PersonalDemo.from_config({**config, "anonymized_code_scale": 0}).anonymized_code(z, keys)
+
+
 def test_demo_method_runs_end_to_end_and_fails_closed_never(personal_demo):
     from zoo.synthetic import synthetic_faces_uint8
 

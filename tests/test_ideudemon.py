@@ -217,6 +217,36 @@ def test_step_one_demo_changes_identity_keeps_pose_and_background(demo_method, d
     assert dist[0.4].mean() > 0.6  # at the top of the dial dlib no longer matches on average
 
 
+def test_registration_puts_the_detected_features_on_the_coded_geometry(demo_method, t1_rgb):
+    """A keyed texture moves where a detector finds the features (and with them the landmark head pose);
+    the demo registers them back onto the coded mesh, inside the blend mask only."""
+    from zoo.face3d.landmarks import detect_landmarks68
+    from zoo.pipeline import align_face, detect_faces
+
+    assert demo_method.register_features  # the demo config turns it on
+    crops = np.stack([align_face(t1_rgb, f.landmarks, 256).crop for f in detect_faces(t1_rgb)[:3]])
+    x = to_tensor(crops)
+    try:
+        with torch.no_grad():
+            s1 = demo_method.step_one(x, _keys("register", 3), 0.25)
+            moved = demo_method.step_two(x, s1)
+            demo_method.register_features = False
+            plain = demo_method.step_two(x, s1)
+    finally:
+        demo_method.register_features = True
+    coded = demo_method.head_model.target_vertices(s1["z_id_p"], s1["app"], s1["cam"])[:, :68]
+
+    def off_geometry(images: torch.Tensor) -> float:  # mean px between detected and coded landmarks
+        return float(np.mean([np.linalg.norm(detect_landmarks68(o) - c, axis=1).mean() for o, c in zip(from_tensor(images), coded)]))
+
+    before, after = off_geometry(plain), off_geometry(moved)
+    print(f"detected landmarks off the coded geometry: {before:.2f} px -> {after:.2f} px")
+    assert after < 0.75 * before
+    outside = (s1["head"] == 0).expand_as(x)
+    assert outside.float().mean().item() > 0.05 and torch.equal(moved[outside], plain[outside])
+    assert not torch.equal(moved, plain)
+
+
 # ------------------------------------------------------------------ the method
 def test_same_image_key_and_scale_give_the_same_output(method, x64):
     x = x64[:2]

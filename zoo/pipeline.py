@@ -349,6 +349,13 @@ def _scaled_face(f: DetectedFace, sx: float, sy: float) -> DetectedFace:
     return DetectedFace(f.box * np.array([sx, sy, sx, sy]), f.landmarks * np.array([sx, sy]), f.score, f.detector)
 
 
+def _moved_face(f: DetectedFace, dx: float, dy: float, box: np.ndarray | None = None) -> DetectedFace:
+    """``f`` moved by (dx, dy) px (from a crop or a padded copy into the photo); ``box``, when given,
+    replaces the moved box (a box clipped to the photo)."""
+    moved = f.box + np.array([dx, dy, dx, dy]) if box is None else box
+    return DetectedFace(moved, f.landmarks + np.array([dx, dy]), f.score, f.detector)
+
+
 def _from_rotated(face: DetectedFace, k: int, w: int, h: int) -> DetectedFace:
     """Map a face found in ``np.rot90(rgb, k)`` back to ``rgb``'s pixels (``rgb`` is ``h`` x ``w``)."""
 
@@ -366,13 +373,16 @@ def _from_rotated(face: DetectedFace, k: int, w: int, h: int) -> DetectedFace:
     return DetectedFace(box, back(face.landmarks), face.score, face.detector)
 
 
+def _intersection(a: np.ndarray, b: np.ndarray) -> float:
+    """Area shared by two boxes ``[x0, y0, x1, y1]`` (px^2)."""
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
 def _overlaps(a: np.ndarray, b: np.ndarray) -> bool:
     """Same face: the boxes share more than half of the smaller one, or one holds the other's centre
     (a face found upright and lying on its side gives boxes of different aspect)."""
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     smaller = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
-    if smaller > 0 and ix * iy / smaller > 0.5:
+    if smaller > 0 and _intersection(a, b) / smaller > 0.5:
         return True
     inside = lambda box, p: box[0] <= p[0] <= box[2] and box[1] <= p[1] <= box[3]  # noqa: E731
     return inside(a, ((b[0] + b[2]) / 2, (b[1] + b[3]) / 2)) or inside(b, ((a[0] + a[2]) / 2, (a[1] + a[3]) / 2))
@@ -498,7 +508,7 @@ def _border_faces(fn, rgb, min_score, scale, found) -> list[DetectedFace]:
             f = _refine(fn, padded, f, min_score, scale, keep=False)
         inside = None if f is None else _edge_face_box(f.box - pad, w, h)
         if inside is not None and not any(_overlaps(inside, g.box) for g in list(found) + out):
-            out.append(DetectedFace(inside, f.landmarks - pad, f.score, f.detector))
+            out.append(_moved_face(f, -pad, -pad, inside))
     return out
 
 
@@ -550,15 +560,14 @@ def _refine(fn, rgb: np.ndarray, face: DetectedFace, min_score: float, scale: fl
     found = _run_scaled(fn, _turned(crop, turn), min_score, scale)
     if turn % 4:
         found = [_from_rotated(f, turn % 4, x1 - x0, y1 - y0) for f in found]
-    found = [g for g in (DetectedFace(f.box + [x0, y0, x0, y0], f.landmarks + [x0, y0], f.score, f.detector) for f in found) if _overlaps(g.box, face.box)]
+    found = [g for g in (_moved_face(f, x0, y0) for f in found) if _overlaps(g.box, face.box)]
     return max(found, key=lambda f: _iou(f.box, face.box)) if found else (face if keep else None)
 
 
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
-    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
-    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
-    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
-    return float(ix * iy / union) if union > 0 else 0.0
+    inter = _intersection(a, b)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return float(inter / union) if union > 0 else 0.0
 
 
 def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, upscale, border, first=None) -> list[DetectedFace]:
@@ -575,7 +584,7 @@ def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, u
         for f in _run_scaled(fn, padded, min_score, pscale):
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
-                faces.append(DetectedFace(box, f.landmarks - pad, f.score, f.detector))
+                faces.append(_moved_face(f, -pad, -pad, box))
     if border:
         faces += _border_faces(fn, img, min_score, scale, faces)
     if upscale and upscale > 1.0:

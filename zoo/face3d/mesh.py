@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 from .base import ParametricHeadModel, as_image_batch
-from .landmarks import FACE_OUTLINE, detect_landmarks68, mesh_vertices
+from .landmarks import FACE_OUTLINE, LandmarkError, detect_landmarks68, mesh_vertices
 from .shape_space import ShapeSpace, load_shape_space
 from .texture_space import TextureSpace, frame_vertices, load_texture_space, sample_texture
 from .warp import piecewise_affine_maps, polygon_mask, warp_image
@@ -162,6 +162,34 @@ class MeshHeadModel(ParametricHeadModel):
             out = m * np.stack(faces) + (1 - m) * out
         image = torch.as_tensor(np.ascontiguousarray(out), dtype=tex.dtype, device=tex.device).permute(0, 3, 1, 2).contiguous()
         return image, mask
+
+    def register_features(self, images: torch.Tensor, id_code: torch.Tensor, app: MeshAppearance, cam: torch.Tensor,
+                          region: torch.Tensor) -> torch.Tensor:
+        """Move the rendered features onto the coded geometry (not in the paper).
+
+        A keyed texture puts the eye and mouth corners, the nose tip and the chin a few pixels away from
+        the mesh vertices that carry them, and a landmark detector, hence a landmark head-pose estimate,
+        follows the texture, not the geometry. So the 68 landmarks are detected on ``images``
+        (``[N,3,H,W]`` in [-1,1], the rendered faces in their crops) and each image is warped
+        piecewise-affinely from those landmarks to the coded face's mesh vertices, inside ``region``
+        (``[N,1,H,W]`` in [0,1]; outside it every pixel is kept, bit for bit). One pass: a second moved
+        the pose further off (measurements in ``training/configs/ideudemon_demo.yaml``). A face whose
+        landmarks are not found is returned as it is.
+        """
+        dst = self.target_vertices(id_code, app, cam)
+        sims = self._np(cam)
+        u8 = ((images.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+        out = images.clone()
+        for i, img in enumerate(u8):
+            try:
+                lm = detect_landmarks68(img, work_size=self.work_size)
+            except LandmarkError:
+                continue
+            src = mesh_vertices(lm, self.space.ring_at(sims[i]))
+            face = images[i].detach().float().cpu().permute(1, 2, 0).numpy()
+            moved = torch.as_tensor(warp_image(np.ascontiguousarray(face), src, dst[i], self.space.triangles)).permute(2, 0, 1).to(images)
+            out[i] = torch.where(region[i] > 0, region[i] * moved + (1 - region[i]) * images[i], images[i])
+        return out
 
     def face_mask(self, id_code: torch.Tensor, app: MeshAppearance, cam: torch.Tensor) -> torch.Tensor:
         return self._masks(self.target_vertices(id_code, app, cam), tuple(app.texture.shape[-2:]), app.texture)

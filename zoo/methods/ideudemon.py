@@ -121,6 +121,9 @@ class IDEudemon(NeuralMethod):
         self.noise_gain: torch.Tensor | None = None  # [id_dim] per-component gain on the key noise (mesh backend)
         self.texture_noise = "add"
         self.texture_max_angle = 1.5
+        #: mesh backend: move the rendered features onto the coded geometry after the blend-back
+        #: (``step1.register_features``, default off; on in the demo config, which says why)
+        self.register_features = False
         if backend == "mesh":
             from ..face3d import MeshHeadModel, ShapeSpace, TextureSpace, load_shape_space, load_texture_space
 
@@ -143,6 +146,7 @@ class IDEudemon(NeuralMethod):
             self.noise_gain = gain
             self.texture_noise = str(step1.get("texture_noise", "add"))
             self.texture_max_angle = float(step1.get("texture_max_angle", 1.5))  # in units of pi/2
+            self.register_features = bool(step1.get("register_features", False))
             if self.texture_noise not in ("add", "mix"):
                 raise ValueError(f"step1.texture_noise must be 'add' or 'mix', not {self.texture_noise!r}")
         elif backend == "headnerf":
@@ -290,9 +294,16 @@ class IDEudemon(NeuralMethod):
     # ------------------------------------------------------------------ DeidMethod
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], scale: float = 0.25, **controls: Any) -> torch.Tensor:
         """Aligned faces ``[N,3,R,R]`` in [-1,1] -> de-identified faces, one key per row."""
-        s1 = self.step_one(x, keys, scale)
-        y = self.restore(s1["x_l"])
-        return self.blend(y, x, s1["head"]).clamp(-1, 1)
+        return self.step_two(x, self.step_one(x, keys, scale))
+
+    def step_two(self, x: torch.Tensor, s1: dict[str, Any]) -> torch.Tensor:
+        """Step II on a :meth:`step_one` result: restorer (when on), blend-back into ``x`` and, on the mesh
+        backend with ``step1.register_features``, the features moved onto the coded geometry
+        (:meth:`~zoo.face3d.MeshHeadModel.register_features`, inside the blend mask). ``[N,3,R,R]`` in [-1,1]."""
+        y = self.blend(self.restore(s1["x_l"]), x, s1["head"]).clamp(-1, 1)
+        if self.register_features:
+            y = self.head_model.register_features(y, s1["z_id_p"], s1["app"], s1["cam"], s1["head"]).clamp(-1, 1)
+        return y
 
     # ------------------------------------------------------------------ training protocol
     @classmethod

@@ -5,10 +5,19 @@ method also ships a small checkpoint built on :mod:`zoo.nn.dcgan` (the packaged 
 inversion encoder, latent refinement). What every such method shares lives here::
 
     z      = invert(X)               inversion encoder + ``refine_steps`` Adam steps on z (GAN inversion)
-    X_anon = G(T(z, key))            the paper's keyed transform T, in the method file
-    X_rec  = G(T^-1(z_anon, key))    recovery from the (saved) anonymized image: z_anon is read from
-                                     the image's low bits (zoo.carrier) where it is intact, else
-                                     re-estimated as invert(X_anon)
+    z_anon = c T(z, key)             the paper's keyed transform T (in the method file), on the prior's shell
+    X_anon = G(z_anon)
+    X_rec  = G(T^-1(z_anon / c, key))  recovery from the (saved) anonymized image: z_anon is read from
+                                     the image's low bits (zoo.carrier) where it is intact; else
+                                     invert(X_anon) estimates z_anon / c (the inversion returns codes
+                                     at its own radius, see below)
+
+c (config ``anonymized_code_scale``, default 1): the inversion encoder returns codes of norm ~5.8 for
+faces the DCGAN drew from N(0, I) at norm ~10, and a transform that keeps the norm then draws every
+anonymized face from that inner shell, near the mean face, where two keys' faces look alike (dbaf,
+60 faces x 4 keys: dlib called 0.28 of key pairs the same person, against 0.16 for two random draws).
+Scaling the anonymized code by c = 10.0 / 5.82 puts it where the generator draws faces (pairs 0.14);
+inverting such a face returns a code at norm ~5.8 again, so a re-inverted code is used as it is.
 
 Images are aligned crops ``[N,3,64,64]`` in [-1,1]; latents ``[N,100]``. Where a paper works on an
 identity code separated from attributes, the demo backbone has a single entangled code: its latent
@@ -133,20 +142,37 @@ class LatentDemoMethod(NeuralMethod):
     def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, **controls: Any):
         """(X_anon ``[N,3,64,64]``, z_anon ``[N,100]``): the face and the code the carrier writes into it."""
         self._check_keys(x, keys)
-        z_anon = self.edit_latent(self.encode_cached(x, refine_steps), keys, **controls)
+        z_anon = self.anonymized_code(self.encode_cached(x, refine_steps), keys, **controls)
         return self.decode(z_anon), z_anon
+
+    @property
+    def anonymized_code_scale(self) -> float:
+        """c > 0: anonymized codes are the keyed transform's output times c (module docstring)."""
+        scale = float(self.config.get("anonymized_code_scale", 1.0))
+        if not scale > 0:
+            raise ValueError(f"anonymized_code_scale must be > 0, got {scale}")
+        return scale
+
+    def anonymized_code(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        """z_anon = c T(z, key) ``[N,100]``: the code the anonymized face is drawn from (and carried)."""
+        return self.edit_latent(z, keys, **controls) * self.anonymized_code_scale
+
+    def recovered_code(self, z_anon: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code."""
+        return self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
 
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, **controls: Any) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, **controls)[0]
 
     def anonymized_latents(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int) -> torch.Tensor:
         """z_anon ``[N,100]`` of anonymized faces ``y``: the carried code where one came with the face
-        (:mod:`zoo.carrier`), else the GAN inversion of its pixels."""
+        (:mod:`zoo.carrier`), else the GAN inversion of its pixels times c (it comes back at the
+        inversion's radius, not at the anonymized code's; module docstring)."""
         carried = list(carried) if carried is not None else [None] * y.shape[0]
         missing = [i for i, c in enumerate(carried) if c is None]
         z = torch.empty(y.shape[0], self.components["generator"].latent_dim, device=y.device, dtype=y.dtype)
         if missing:
-            z[missing] = self.encode(y[missing], refine_steps)
+            z[missing] = self.encode(y[missing], refine_steps) * self.anonymized_code_scale
         for i, c in enumerate(carried):
             if c is not None:
                 z[i] = torch.as_tensor(c, dtype=y.dtype, device=y.device)
@@ -154,7 +180,7 @@ class LatentDemoMethod(NeuralMethod):
 
     def recover_faces(self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None, **controls: Any) -> torch.Tensor:
         self._check_keys(y, keys)
-        return self.decode(self.unedit_latent(self.anonymized_latents(y, carried, refine_steps), keys, **controls))
+        return self.decode(self.recovered_code(self.anonymized_latents(y, carried, refine_steps), keys, **controls))
 
     def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
