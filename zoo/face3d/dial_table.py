@@ -86,8 +86,9 @@ def _step_one_outputs(model: dict, x: torch.Tensor, keys, scale: float) -> np.nd
 
 @torch.no_grad()
 def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4),
-            resolution: int = 256, restorer: str | None = None, progress: bool = True) -> dict:
-    """Run the benchmark; returns a JSON-serialisable dict of per-scale means and the scale-0 numbers."""
+            resolution: int = 256, restorer: str | None = None, progress: bool = True, with_restorer: bool = False) -> dict:
+    """Run the benchmark; returns a JSON-serialisable dict of per-scale means and the scale-0 numbers.
+    ``with_restorer``: run the checkpoint's restorer even where its config ships it switched off."""
     from zoo.synthetic import synthetic_faces_uint8
 
     from ..imageio import from_tensor, to_tensor
@@ -103,6 +104,10 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
         from ..methods.ideudemon import IDEudemon
 
         method = IDEudemon.from_pretrained(restorer).to("cpu")
+        if with_restorer:
+            if "restorer" not in method.components:
+                raise ValueError(f"--with-restorer: {restorer} has no restorer")
+            method.use_restorer = True
         if method.resolution != resolution:
             faces = from_tensor(to_tensor(faces, method.resolution))
             resolution = method.resolution
@@ -173,7 +178,7 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
                   f"non-face PSNR {r['nonface_psnr']:.1f} dB ({time.time() - t0:.0f} s)", flush=True)
     return {
         "n": n, "seed": seed, "keys": keys, "resolution": resolution,
-        "mode": ("step I + II (restorer)" if "restorer" in method.components else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}")
+        "mode": (f"step I + II (restorer on); step1 {json.dumps(method.config.get('step1', {}))}" if method.use_restorer else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}")
         if method else "step I alone (mesh backend with texture identity, gain 1, no restorer)",
         "restorer": restorer, "shape_space": dict(head.space.meta), "reconstruction": recon, "rows": rows,
         "detected_inputs": int(sum(r["detected"] for r in ref)), "seconds": round(time.time() - t0, 1),
@@ -227,10 +232,13 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--resolution", type=int, default=256)
     p.add_argument("--scales", type=str, default="0.05,0.1,0.15,0.2,0.25,0.3,0.35,0.4")
     p.add_argument("--restorer", help="an ideudemon checkpoint folder: measure Step I + II")
+    p.add_argument("--with-restorer", action="store_true", help="run the checkpoint's restorer even where its config ships it switched off")
     p.add_argument("--out", default="benchmarks/results/ideudemon_dial.md")
     a = p.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
-    res = measure(a.n, a.seed, a.keys, [float(s) for s in a.scales.split(",")], a.resolution, a.restorer)
+    if a.with_restorer and not a.restorer:
+        p.error("--with-restorer needs --restorer CHECKPOINT")
+    res = measure(a.n, a.seed, a.keys, [float(s) for s in a.scales.split(",")], a.resolution, a.restorer, with_restorer=a.with_restorer)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "python -m zoo.face3d.dial_table " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
