@@ -178,9 +178,10 @@ class MeshHeadModel(ParametricHeadModel):
         """
         dst = self.target_vertices(id_code, app, cam)
         sims = self._np(cam)
-        u8 = ((images.detach().float().clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).cpu().numpy()
+        from ..imageio import from_tensor
+
         out = images.clone()
-        for i, img in enumerate(u8):
+        for i, img in enumerate(from_tensor(images)):
             try:
                 lm = detect_landmarks68(img, work_size=self.work_size)
             except LandmarkError:
