@@ -95,7 +95,7 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
     from ..keys import Secret
     from . import MeshHeadModel
     from .warp import polygon_mask
-    from .landmarks import FACE_OUTLINE
+    from .landmarks import FACE_OUTLINE, pose_difference
 
     t0 = time.time()
     faces = synthetic_faces_uint8(n, seed=seed, resolution=resolution)
