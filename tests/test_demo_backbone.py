@@ -166,6 +166,19 @@ def test_personal_demo_rotation_inverts_and_needs_the_password(personal_demo):
     assert all(b > a for a, b in zip(angles, angles[1:]))  # privacy level d moves the identity further
 
 
+def test_personal_demo_with_oriented_reference_inverts_at_every_level(personal_demo):
+    from zoo.methods.personal import PersonalDemo
+
+    oriented = PersonalDemo(dict(personal_demo.config, oriented_reference=True), personal_demo.components, dict(personal_demo.extra))
+    z = torch.randn(64, 100, generator=torch.Generator().manual_seed(5))
+    right = oriented.face_keys(Secret("042917"), 64)
+    wrong = oriented.face_keys(Secret("042918"), 64)
+    for level in range(10):
+        z_anon = oriented.anonymized_code(z, right, level=level).half().float()  # as the carrier stores it
+        assert F.cosine_similarity(oriented.recovered_code(z_anon, right, level=level), z).min() > 0.9999
+        assert F.cosine_similarity(oriented.recovered_code(z_anon, wrong, level=level), z).max() < 0.9
+
+
 def test_ifadit_demo_flow_inverts_exactly_only_with_the_key(ifadit_demo):
     z = torch.randn(5, 100, generator=torch.Generator().manual_seed(2))
     right = ifadit_demo.face_keys(Secret("s1"), 5)
@@ -175,6 +188,29 @@ def test_ifadit_demo_flow_inverts_exactly_only_with_the_key(ifadit_demo):
         assert (ifadit_demo.unedit_latent(z_anon, right) - z).abs().max() <= 1e-5
         assert (ifadit_demo.unedit_latent(z_anon, wrong) - z).abs().mean() > 1e-3  # untrained: weakly keyed; trained: see the card
         assert not torch.allclose(ifadit_demo.edit_latent(z, wrong), z_anon)
+
+
+def test_ifadit_demo_keyed_shift_inverts_with_the_key_and_decorrelates_keys(ifadit_demo):
+    from zoo.methods.ifadit import IFADITDemo
+
+    shifted = IFADITDemo(dict(ifadit_demo.config, keyed_shift=0.8), ifadit_demo.components, dict(ifadit_demo.extra))
+    z = torch.randn(256, 100, generator=torch.Generator().manual_seed(3))
+    right, other = shifted.face_keys(Secret("s1"), 256), shifted.face_keys(Secret("s2"), 256)
+    with torch.no_grad():
+        z_anon, z_other = shifted.edit_latent(z, right), shifted.edit_latent(z, other)
+        assert (shifted.unedit_latent(z_anon, right) - z).abs().max() <= 1e-5
+        assert F.cosine_similarity(shifted.unedit_latent(z_anon, other), z).max() < 0.9
+        plain, plain_other = ifadit_demo.edit_latent(z, right), ifadit_demo.edit_latent(z, other)
+        # two keys' codes: 0.6 of the flow's cross-key cosine plus independent keyed noise
+        cos_plain = F.cosine_similarity(plain, plain_other).mean()
+        cos_shifted = F.cosine_similarity(z_anon, z_other).mean()
+        assert cos_shifted < 0.8 * cos_plain
+        # variance-preserving: the shifted codes' mean squared norm is within 20% of the flow's
+        # (0.36 |T|^2 + 0.64 * 100 on average, and |T|^2 is near 100 on this untrained flow's inputs)
+        ratio = z_anon.pow(2).sum(1).mean() / (0.36 * plain.pow(2).sum(1).mean() + 0.64 * 100)
+        assert 0.8 < ratio < 1.2
+    with pytest.raises(ValueError, match="keyed_shift"):
+        IFADITDemo(dict(ifadit_demo.config, keyed_shift=1.0), ifadit_demo.components).edit_latent(z, right)
 
 
 def test_anonymized_code_scale_moves_codes_to_the_prior_and_recovery_undoes_it():

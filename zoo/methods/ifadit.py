@@ -72,6 +72,8 @@ __all__ = [
 ]
 
 KEYGEN_CONTEXT = "ifadit-keygen"
+#: KDF context of the demo's keyed shift (IFADITDemo.keyed_shift)
+KEYED_SHIFT_CONTEXT = "ifadit-keyed-shift"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -581,10 +583,35 @@ class IFADITDemo(LatentDemoMethod):
         """KeyGen (eq. 4, without f): one uniform [-1,1] vector per face -> ``[N, key_dim]``."""
         return torch.stack([k.uniform(self.key_dim, -1.0, 1.0, context=KEYGEN_CONTEXT) for k in keys]).to(self.device, self.dtype)
 
+    @property
+    def keyed_shift(self) -> float:
+        """lambda of the keyed shift after the flow (config ``keyed_shift``, default 0 = the paper's T alone)."""
+        lam = float(self.config.get("keyed_shift", 0.0))
+        if not 0.0 <= lam < 1.0:
+            raise ValueError(f"keyed_shift must be in [0, 1), got {lam}")
+        return lam
+
+    def shift_noise(self, keys: Sequence[KeyMaterial]) -> torch.Tensor:
+        """eps(k): one standard-normal ``[N, 100]`` vector per face, drawn from the face's key."""
+        return torch.stack([k.normal(LATENT_DIM, context=KEYED_SHIFT_CONTEXT) for k in keys]).to(self.device, self.dtype)
+
     def edit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
-        return self.components["flow"](z, self.key_vectors(keys))  # eq. 5-6
+        """z_anon = sqrt(1 - lambda^2) T(z, k) + lambda eps(k): eq. 5-6, then the keyed shift (not in the paper).
+
+        The shift is variance-preserving (a DDPM forward step whose noise is the key's), so z_anon stays on
+        the prior's shell; it is exactly inverted with the key (:meth:`unedit_latent`). Why: T's outputs for
+        two keys keep latent cosine 0.08 (the div hinge, eq. 17, stops at 0), and two keys on one face were
+        the same person 0.265 (dlib, 1200 pairs); see ``training/configs/ifadit_demo.yaml``.
+        """
+        z_anon = self.components["flow"](z, self.key_vectors(keys))  # eq. 5-6
+        lam = self.keyed_shift
+        return z_anon if lam == 0.0 else math.sqrt(1.0 - lam * lam) * z_anon + lam * self.shift_noise(keys)
 
     def unedit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
+        """Inverse of :meth:`edit_latent` with the same keys: undo the shift, then T^-1 (eq. 7-8)."""
+        lam = self.keyed_shift
+        if lam != 0.0:
+            z = (z - lam * self.shift_noise(keys)) / math.sqrt(1.0 - lam * lam)
         return self.components["flow"].inverse(z, self.key_vectors(keys))  # eq. 7-8
 
     # -- training protocol (phase II only; the backbone is trained by training/inversion.py) ----------
