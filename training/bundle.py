@@ -220,14 +220,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="destination folder (default zoo/weights/<method>)")
     p.add_argument("--results", help="results path stem (default benchmarks/results/<method>_demo_cpu)")
     args = p.parse_args(argv)
-    from training.evaluate import _parse_controls
+    from training.evaluate import parse_controls
     from zoo.assets import example_images
 
     ex = example_images()
     photos = args.photos if args.photos is not None else [str(ex[k]) for k in ("group", "astronaut", "grace_hopper") if k in ex]
     command = "python -m training.bundle " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     summary = bundle(args.method, config=args.config, checkpoint=args.checkpoint, n=args.n, seed=args.seed, photos=photos,
-                     controls=_parse_controls(args.control), out=args.out, results=args.results, command=command, encoder=args.encoder)
+                     controls=parse_controls(args.control), out=args.out, results=args.results, command=command, encoder=args.encoder)
     print(json.dumps(summary, indent=1))
     return 0
 

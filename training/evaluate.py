@@ -539,10 +539,14 @@ def to_markdown(result: Mapping[str, Any]) -> str:
 
 
 # ============================================================ CLI
-def _parse_controls(items: Sequence[str]) -> dict[str, Any]:
+def parse_controls(items: Sequence[str]) -> dict[str, Any]:
+    """``["level=9", "shape=box"]`` -> ``{"level": 9, "shape": "box"}`` (values parsed as JSON where they can
+    be); empty items are skipped."""
     out: dict[str, Any] = {}
     for item in items or []:
-        k, _, v = item.partition("=")
+        if not item.strip():
+            continue
+        k, _, v = item.strip().partition("=")
         try:
             out[k] = json.loads(v)
         except json.JSONDecodeError:
@@ -587,7 +591,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         key=args.key,
         wrong_key=args.wrong_key,
         n_keys=args.n_keys,
-        controls=_parse_controls(args.control),
+        controls=parse_controls(args.control),
         robustness=not args.no_robustness,
         landmarks=not args.no_landmarks,
         lpips=None if args.lpips == "none" else args.lpips,

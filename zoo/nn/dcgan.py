@@ -9,8 +9,8 @@ DigiFace-1M faces): ``z`` in R^100 (standard normal) -> a 64x64 face. This modul
   stores only its config, never a copy of the weights.
 * :class:`InversionEncoder`, a residual CNN ``[N,3,64,64] -> [N,100]`` trained on the generator's own
   samples (``training/configs/dcgan_encoder.yaml``), the e4e of this backbone.
-* :func:`refine_latent`, Adam steps on ``z`` that fit ``G(z)`` to the target image (L1): the
-  optimisation half of a hybrid GAN inversion; ``steps=0`` is the encoder alone.
+* :func:`refine_latent`, Adam steps on ``z`` that fit ``G(z)`` to the target image (L1, optionally plus an
+  identity term): the optimisation half of a hybrid GAN inversion; ``steps=0`` is the encoder alone.
 
 Images are float ``[N,3,64,64]`` in [-1, 1]; latents float ``[N,100]``.
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 import torch.nn.functional as F
@@ -131,26 +131,54 @@ class InversionEncoder(HubModule):
         return self.head(h.flatten(1))
 
 
-def refine_latent(generator: nn.Module, target: torch.Tensor, z0: torch.Tensor, steps: int, lr: float = 0.05) -> torch.Tensor:
-    """``steps`` Adam steps on ``z`` minimising mean |G(z) - target| per face, from ``z0``; returns the
-    refined ``[N, D]`` latents (detached). Faces are optimised together but independently (the loss is
-    a sum of per-face terms). Works inside ``torch.inference_mode()`` / ``no_grad`` callers too."""
+def refine_latent(
+    generator: nn.Module,
+    target: torch.Tensor,
+    z0: torch.Tensor,
+    steps: int,
+    lr: float = 0.05,
+    identity: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    identity_weight: float = 0.0,
+) -> torch.Tensor:
+    """``steps`` Adam steps on ``z`` from ``z0``; returns the refined ``[N, D]`` latents (detached).
+
+    Per face the loss is mean |G(z) - target| (L1 on [-1,1] pixels), plus, with an ``identity`` encoder
+    (images [N,3,R,R] in [-1,1] -> unit embeddings [N,E], differentiable) and ``identity_weight`` w > 0,
+    w (1 - cos(identity(G(z)), identity(target))): an identity-aware inversion, which fits who the face
+    is where the 64 px generator cannot fit its pixels (real photos). Faces are optimised together but
+    independently (the loss is a sum of per-face terms). Works inside ``inference_mode``/``no_grad`` callers.
+    """
     if steps <= 0:
         return z0.detach().clone()
+    use_identity = identity is not None and float(identity_weight) > 0.0
     with torch.inference_mode(False), torch.enable_grad():
         z = z0.detach().clone().requires_grad_(True)
         target = target.detach().clone()
+        if use_identity:
+            with torch.no_grad():
+                target_id = identity(target).detach().clone()
         opt = torch.optim.Adam([z], lr=lr)
         for _ in range(int(steps)):
             opt.zero_grad(set_to_none=True)
-            loss = (generator(z) - target).abs().flatten(1).mean(1).sum()
+            y = generator(z)
+            loss = (y - target).abs().flatten(1).mean(1).sum()
+            if use_identity:
+                loss = loss + float(identity_weight) * (1.0 - (identity(y) * target_id).sum(1)).sum()
             loss.backward()
             opt.step()
         return z.detach()
 
 
-def invert(generator: nn.Module, encoder: nn.Module, x: torch.Tensor, steps: int = 0, lr: float = 0.05) -> torch.Tensor:
-    """Hybrid inversion: ``encoder(x)`` then ``steps`` refinement steps -> ``[N, D]``."""
+def invert(
+    generator: nn.Module,
+    encoder: nn.Module,
+    x: torch.Tensor,
+    steps: int = 0,
+    lr: float = 0.05,
+    identity: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    identity_weight: float = 0.0,
+) -> torch.Tensor:
+    """Hybrid inversion: ``encoder(x)`` then ``steps`` refinement steps (:func:`refine_latent`) -> ``[N, D]``."""
     with torch.no_grad():
         z0 = encoder(x)
-    return refine_latent(generator, x, z0, steps, lr)
+    return refine_latent(generator, x, z0, steps, lr, identity, identity_weight)

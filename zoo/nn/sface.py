@@ -102,7 +102,8 @@ def ffhq_to_sface_theta(size: int) -> torch.Tensor:
     to_px = np.array([[56.0, 0, 55.5], [0, 56.0, 55.5], [0, 0, 1]])
     to_norm = np.array([[2.0 / size, 0, 1.0 / size - 1], [0, 2.0 / size, 1.0 / size - 1], [0, 0, 1]])
     theta = to_norm @ inv @ to_px
-    return torch.tensor(theta[:2], dtype=torch.float32)[None]
+    with torch.inference_mode(False):  # cached: a tensor made in inference mode could never enter autograd later
+        return torch.tensor(theta[:2], dtype=torch.float32)[None]
 
 
 def sface_onnx_path() -> Path:
@@ -158,7 +159,8 @@ def convert_sface(state: dict[str, torch.Tensor]) -> SFace:
 def _load_sface_cpu() -> SFace:
     from ..convert import load_original
 
-    net = convert_sface(load_original(sface_onnx_path()))
+    with torch.inference_mode(False):  # cached: weights made in inference mode could never be used under autograd
+        net = convert_sface(load_original(sface_onnx_path()))
     return net.eval().requires_grad_(False)
 
 
