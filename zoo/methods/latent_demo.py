@@ -45,10 +45,10 @@ REFINE_CONTROL = Control(
     "refine_steps", "int", 20, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
 )
 #: weight of SFace's identity term in the latent refinement (zoo.nn.dcgan.refine_latent). 0 = pixels only.
-#: On real photos, 1 with refine_steps 40 leaves recovery nearer the person (docs/dbaf_hford.md), at about
-#: ten times the anonymize time per face on a CPU.
+#: On real photos, 1 with refine_steps 40 leaves recovery nearer the person (docs/dbaf_hford.md), at 6-9
+#: times the anonymize time per face on a 2-core CPU (benchmarks/results/demo_speed_cpu.md).
 IDENTITY_REFINE_CONTROL = Control(
-    "identity_refine", "float", 0.0, 0.0, 10.0, "weight of the identity (SFace) term in the latent refinement (0 = fit pixels only; 1 with 40 steps: recovery keeps more of a real face, ~10x slower)"
+    "identity_refine", "float", 0.0, 0.0, 10.0, "weight of the identity (SFace) term in the latent refinement (0 = fit pixels only; 1 with 40 steps: recovery keeps more of a real face, 6-9x slower on a CPU)"
 )
 
 
