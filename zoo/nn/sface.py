@@ -164,11 +164,16 @@ def _load_sface_cpu() -> SFace:
     return net.eval().requires_grad_(False)
 
 
-def load_sface(device: str | torch.device = "cpu") -> SFace:
-    """Frozen SFace (eval mode, no grad on its weights; gradients still flow to its input)."""
-    net = _load_sface_cpu()
-    if torch.device(device).type == "cpu":
-        return net
+@lru_cache(maxsize=4)
+def _load_sface_on(device: torch.device) -> SFace:
     import copy
 
-    return copy.deepcopy(net).to(device)
+    with torch.inference_mode(False):
+        return copy.deepcopy(_load_sface_cpu()).to(device)
+
+
+def load_sface(device: str | torch.device = "cpu") -> SFace:
+    """Frozen SFace (eval mode, no grad on its weights; gradients still flow to its input), one shared copy
+    per device: callers in a loop (every latent-refinement call, every training step) get it without a copy."""
+    device = torch.device(device)
+    return _load_sface_cpu() if device.type == "cpu" else _load_sface_on(device)
