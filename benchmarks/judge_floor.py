@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from training.evaluate import load_eval_images, rate
+from training.evaluate import format_entry, load_eval_images, rate
 from zoo import imageio, load
 from zoo.judges import get_judge
 
@@ -69,15 +69,12 @@ def main(argv: list[str] | None = None) -> dict:
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1, default=str))
 
-    def r(e):
-        return f"{e['value']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}] (n={e['n']})"
-
     md = [f"# The {args.judge} judge's floor on generated faces", "", f"Faces: {ds['name']} ({n}), {args.draws} random faces each. Command: `{command}`.",
           "Rates: value [95% Wilson interval] (n = compared pairs; pairs sharing an original are not independent).", "",
           "| random faces drawn | original vs random face, same person | two random faces, same person |", "|---|---|---|",
-          f"| prior code z ~ N(0, I) | {r(rows['prior']['original_vs_random_same_person'])} | {r(rows['prior']['random_pairs_same_person'])} |",
+          f"| prior code z ~ N(0, I) | {format_entry(rows['prior']['original_vs_random_same_person'])} | {format_entry(rows['prior']['random_pairs_same_person'])} |",
           f"| random direction at the original's inverted code norm (mean {float(norms.mean()):.2f}) | "
-          f"{r(rows['at_inverted_norm']['original_vs_random_same_person'])} | {r(rows['at_inverted_norm']['random_pairs_same_person'])} |"]
+          f"{format_entry(rows['at_inverted_norm']['original_vs_random_same_person'])} | {format_entry(rows['at_inverted_norm']['random_pairs_same_person'])} |"]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return out

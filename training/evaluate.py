@@ -469,7 +469,8 @@ def evaluate(
 
 
 # ============================================================ Markdown
-def _fmt(entry: Any) -> str:
+def format_entry(entry: Any) -> str:
+    """A result entry as the tables print it: a rate as `value [lo, hi] (n=N)`, a mean as `value ± std unit`."""
     if not isinstance(entry, Mapping):
         return str(entry)
     v = entry.get("value")
@@ -490,7 +491,7 @@ def _fmt(entry: Any) -> str:
 def _table(title: str, rows: list[tuple[str, Any]], cols: list[str]) -> list[str]:
     lines = [f"### {title}", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for label, cells in rows:
-        lines.append("| " + " | ".join([label] + [_fmt(c) for c in cells]) + " |")
+        lines.append("| " + " | ".join([label] + [format_entry(c) for c in cells]) + " |")
     return lines + [""]
 
 
