@@ -156,22 +156,35 @@ def test_refine_latent_identity_term_pulls_the_identity_embedding_towards_the_ta
     assert (cos(with_id) - cos(plain)).mean() > 0.05  # 0.15 on this toy
 
 
-def test_identity_refine_control_changes_the_code_and_is_validated():
+def test_identity_refinement_runs_only_on_faces_the_pixel_fit_leaves_far_and_is_validated():
     from zoo.methods.ifadit import IFADITDemo
 
     m = IFADITDemo.from_config({"backbone": "dcgan", "resolution": 64, "model": {"flow": {"key_dim": 8, "n_blocks": 1, "hidden": [16]}}})
     gen = torch.Generator().manual_seed(4)
     with torch.no_grad():  # the untrained encoder returns codes near 0, where the DCGAN's ReLUs pass no gradient
         m.components["encoder"].head.bias.copy_(torch.randn(100, generator=gen))
-    x = m.decode(torch.randn(2, 100, generator=gen)).detach().clamp(-1, 1)
+    faces = m.decode(torch.randn(2, 100, generator=gen)).detach().clamp(-1, 1)
     with torch.inference_mode():
-        plain, again = m.encode(x, 5), m.encode(x, 5, identity_refine=0.0)
-        with_id = m.encode(x, 5, identity_refine=2.0)
-    assert torch.equal(plain, again)
-    assert (with_id - plain).abs().max() > 1e-4
+        plain = m.encode(faces, 5)
+        # row 0: the face G(z) itself (its fit is the face), row 1: an unrelated face
+        x = torch.cat([m.decode(plain[:1]).clamp(-1, 1), faces[1:]])
+        plain = m.encode(x, 5)
+        fit = m.identity_fit(x, plain)
+        assert fit[0] - fit[1] > 0.1  # SFace: G(z) is nearer the face it was fitted to than an unrelated face
+        check = float(fit[0] + fit[1]) / 2
+        assert torch.equal(m.encode(x, 5, identity_refine=0.0, identity_check=check), plain)  # weight 0: pixels only
+        assert torch.equal(m.encode(x, 5, identity_refine=2.0, identity_check=0.0), plain)  # check 0: never
+        some = m.encode(x, 5, identity_refine=2.0, identity_check=check)
+        every = m.encode(x, 5, identity_refine=2.0, identity_check=1.0)
+    assert torch.equal(some[0], plain[0])  # a close fit is kept
+    assert (some[1] - plain[1]).abs().max() > 1e-4  # a far one is refined for identity
+    assert (every[0] - plain[0]).abs().max() > 1e-4
     assert m.validate_controls({"identity_refine": 1})["identity_refine"] == 1.0
+    assert m.validate_controls({})["identity_check"] == 0.4
     with pytest.raises(ValueError, match="identity_refine"):
         m.validate_controls({"identity_refine": -1})
+    with pytest.raises(ValueError, match="identity_check"):
+        m.validate_controls({"identity_check": 1.5})
 
 
 # ------------------------------------------------------------------------------------------ demo methods

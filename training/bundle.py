@@ -52,6 +52,8 @@ def summarize(result: Mapping[str, Any], judge: str = "dlib") -> dict[str, Any]:
         out["recovery_same_person"] = _value(m["recovery"][judge]["recovery_rate"])
         out["recovery_closer_than_anonymized"] = _value(m["recovery"][judge]["closer_than_anonymized"])
         out["wrong_key_same_person"] = _value(m["wrong_key"][judge]["identification_rate"])
+        if "identification_rate_all_keys" in m["wrong_key"][judge]:
+            out["wrong_key_same_person_all_keys"] = _value(m["wrong_key"][judge]["identification_rate_all_keys"])
     jpeg = (m.get("robustness") or {}).get("jpeg90", {}).get(judge, {}).get("recovery_rate")
     if jpeg:  # a lossy copy loses the carried latent: recovery from the pixels alone
         out["recovery_same_person_from_jpeg90"] = _value(jpeg)

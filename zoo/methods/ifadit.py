@@ -54,7 +54,7 @@ from ..keys import KeyMaterial
 from ..nn.flows import SecureIdentityFlow
 from ..nn.dcgan import LATENT_DIM
 from .base import NeuralMethod
-from .latent_demo import IDENTITY_REFINE_CONTROL, REFINE_CONTROL, LatentDemoMethod
+from .latent_demo import FIT_CONTROLS, LatentDemoMethod
 
 __all__ = [
     "LatentMapper",
@@ -562,7 +562,7 @@ class IFADITDemo(LatentDemoMethod):
     paper = IFADIT.paper
     reversible = True
     uses_key = True
-    controls = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL)
+    controls = FIT_CONTROLS
     component_names = ("generator", "encoder", "flow")
     stages: ClassVar[tuple[int, ...]] = (2,)
 

@@ -38,25 +38,34 @@ from ..keys import KeyMaterial
 from ..nn.dcgan import DCGANGenerator, InversionEncoder, invert
 from .base import Control, NeuralMethod
 
-__all__ = ["LatentDemoMethod", "KeyedInvolutionDemo", "DEMO_LABEL", "REFINE_CONTROL", "IDENTITY_REFINE_CONTROL"]
+__all__ = ["LatentDemoMethod", "KeyedInvolutionDemo", "DEMO_LABEL", "REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FIT_CONTROLS"]
 
 DEMO_LABEL = "demo: 64 px, trained here on synthetic faces (packaged DCGAN backbone); not the paper's weights"
 REFINE_CONTROL = Control(
     "refine_steps", "int", 20, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
 )
-#: weight of SFace's identity term in the latent refinement (zoo.nn.dcgan.refine_latent). 0 = pixels only.
-#: On real photos, 1 with refine_steps 40 leaves recovery nearer the person (docs/dbaf_hford.md), at 6-9
-#: times the anonymize time per face on a 2-core CPU (benchmarks/results/demo_speed_cpu.md).
+#: The identity-aware pass (zoo.nn.dcgan.refine_latent with SFace's identity term). After the
+#: ``refine_steps`` pixel steps, a face whose reconstruction SFace puts below ``identity_check`` cosine to
+#: the input is inverted again, from the encoder's code, with ``identity_steps`` (config, default 40) steps
+#: that add the identity term at weight ``identity_refine``. On the packaged photos' 7 faces the pixel fit leaves SFace cosine -0.003..0.384;
+#: on 60 held-out generated faces 0.42..0.92, so at 0.4 the pass runs on real faces only and generated
+#: faces keep the pixel fit (and its ~0.4 s). Real photos' recovery then moves back toward the person
+#: (benchmarks/photo_recovery.py; docs/dbaf_hford.md), at ~2.5 s more per such face on a 2-core CPU.
 IDENTITY_REFINE_CONTROL = Control(
-    "identity_refine", "float", 0.0, 0.0, 10.0, "weight of the identity (SFace) term in the latent refinement (0 = fit pixels only; 1 with 40 steps: recovery keeps more of a real face, 6-9x slower on a CPU)"
+    "identity_refine", "float", 1.0, 0.0, 10.0, "weight of the identity (SFace) term in the extra refinement of faces the pixel fit leaves far in identity (0 = pixels only)"
 )
+IDENTITY_CHECK_CONTROL = Control(
+    "identity_check", "float", 0.4, 0.0, 1.0, "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)"
+)
+#: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
+FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
 
 
 class LatentDemoMethod(NeuralMethod):
     """Base of the demo-tier methods: components ``generator`` (packaged DCGAN, config only) and ``encoder``.
 
     Subclasses implement :meth:`edit_latent` and :meth:`unedit_latent` (the paper's keyed transform and
-    its inverse) and list ``controls`` (ending with :data:`REFINE_CONTROL`).
+    its inverse) and list ``controls`` (ending with :data:`FIT_CONTROLS`).
     """
 
     component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder")
@@ -81,19 +90,43 @@ class LatentDemoMethod(NeuralMethod):
             encoder = InversionEncoder(**(config.get("model", {}).get("encoder", {}) or {}))
         return {"generator": DCGANGenerator(), "encoder": encoder}
 
-    def encode(self, x: torch.Tensor, refine_steps: int = 0, identity_refine: float = 0.0) -> torch.Tensor:
+    @property
+    def identity_steps(self) -> int:
+        """Steps of the identity-aware refinement (config ``identity_steps``, default 40; :data:`IDENTITY_CHECK_CONTROL`)."""
+        return int(self.config.get("identity_steps", 40))
+
+    def encode(self, x: torch.Tensor, refine_steps: int = 0, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
         """Aligned faces ``[N,3,64,64]`` in [-1,1] -> latents ``[N,100]``.
 
-        ``identity_refine`` (:data:`IDENTITY_REFINE_CONTROL`) > 0 adds SFace's identity term to each of the
-        ``refine_steps`` refinement steps (:func:`~zoo.nn.dcgan.refine_latent`)."""
+        The inversion encoder, then ``refine_steps`` pixel (L1) refinement steps; then, with
+        ``identity_refine`` w > 0, every face whose reconstruction SFace puts below ``identity_check``
+        cosine to the input (:data:`IDENTITY_CHECK_CONTROL`; 0 = none, 1 = all) is inverted again from the
+        encoder's code with :attr:`identity_steps` steps that add SFace's identity term at weight w
+        (:func:`~zoo.nn.dcgan.refine_latent`)."""
         if x.shape[-1] != self.resolution:
             raise ValueError(f"{self.name} (demo) works on {self.resolution} px crops, got {tuple(x.shape)}")
-        identity = None
-        if float(identity_refine) > 0 and int(refine_steps) > 0:
-            from ..nn.sface import load_sface
+        generator = self.components["generator"]
+        z = invert(generator, self.components["encoder"], x, int(refine_steps))
+        check, weight = float(identity_check), float(identity_refine)
+        if weight <= 0 or check <= 0 or self.identity_steps <= 0:
+            return z
+        from ..nn.sface import load_sface
 
-            identity = load_sface(x.device).embed_aligned
-        return invert(self.components["generator"], self.components["encoder"], x, int(refine_steps), identity=identity, identity_weight=float(identity_refine))
+        far = torch.ones(x.shape[0], dtype=torch.bool, device=x.device) if check >= 1 else self.identity_fit(x, z) < check
+        if far.any():
+            z = z.clone()
+            # from the encoder's code again: continuing from the pixel fit left real faces further away
+            # (photo_recovery, dbaf, 7 faces: mean dlib distance of the recovery 0.655 against 0.583)
+            z[far] = invert(generator, self.components["encoder"], x[far], self.identity_steps, identity=load_sface(x.device).embed_aligned, identity_weight=weight)
+        return z
+
+    @torch.no_grad()
+    def identity_fit(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+        """SFace cosine ``[N]`` in [-1, 1] between aligned faces ``x`` ``[N,3,64,64]`` and their fits G(z)."""
+        from ..nn.sface import load_sface
+
+        sface = load_sface(x.device)
+        return (sface.embed_aligned(self.decode(z)) * sface.embed_aligned(x)).sum(1)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return self.components["generator"](z)
@@ -125,7 +158,7 @@ class LatentDemoMethod(NeuralMethod):
                 if self._scope_depth == 0:
                     self.__dict__.pop("_code_cache", None)
 
-    def encode_cached(self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0) -> torch.Tensor:
+    def encode_cached(self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
         """:meth:`encode`, remembering the faces' codes for the rest of the call (:meth:`run_scope`): the
         privacy guard's key variants (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat
         the GAN inversion. Outside a call scope it is :meth:`encode`."""
@@ -139,14 +172,14 @@ class LatentDemoMethod(NeuralMethod):
             else:
                 cache = self.__dict__.setdefault("_code_cache", OrderedDict())
         if cache is None:
-            return self.encode(x, refine_steps, identity_refine)
-        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}", "ascii")
+            return self.encode(x, refine_steps, identity_refine, identity_check)
+        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
         rows = [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + setting, digest_size=16).digest() for i in range(x.shape[0])]
         with lock:
             known = {r: cache[r] for r in rows if r in cache}
         missing = [i for i, r in enumerate(rows) if r not in known]
         if missing:
-            codes = self.encode(x[missing], refine_steps, identity_refine).detach()
+            codes = self.encode(x[missing], refine_steps, identity_refine, identity_check).detach()
             with lock:
                 for i, z in zip(missing, codes):
                     known[rows[i]] = cache[rows[i]] = z.clone()
@@ -154,10 +187,10 @@ class LatentDemoMethod(NeuralMethod):
                     cache.popitem(last=False)
         return torch.stack([known[r] for r in rows]).to(x.device, x.dtype)
 
-    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = 0.0, **controls: Any):
+    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = 1.0, identity_check: float = 0.4, **controls: Any):
         """(X_anon ``[N,3,64,64]``, z_anon ``[N,100]``): the face and the code the carrier writes into it."""
         self._check_keys(x, keys)
-        z_anon = self.anonymized_code(self.encode_cached(x, refine_steps, identity_refine), keys, **controls)
+        z_anon = self.anonymized_code(self.encode_cached(x, refine_steps, identity_refine, identity_check), keys, **controls)
         return self.decode(z_anon), z_anon
 
     @property
@@ -176,10 +209,10 @@ class LatentDemoMethod(NeuralMethod):
         """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code."""
         return self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
 
-    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = 0.0, **controls: Any) -> torch.Tensor:
-        return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, **controls)[0]
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = 1.0, identity_check: float = 0.4, **controls: Any) -> torch.Tensor:
+        return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
 
-    def anonymized_latents(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0) -> torch.Tensor:
+    def anonymized_latents(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
         """z_anon ``[N,100]`` of anonymized faces ``y``: the carried code where one came with the face
         (:mod:`zoo.carrier`), else the GAN inversion of its pixels times c (it comes back at the
         inversion's radius, not at the anonymized code's; module docstring)."""
@@ -187,21 +220,23 @@ class LatentDemoMethod(NeuralMethod):
         missing = [i for i, c in enumerate(carried) if c is None]
         z = torch.empty(y.shape[0], self.components["generator"].latent_dim, device=y.device, dtype=y.dtype)
         if missing:
-            z[missing] = self.encode(y[missing], refine_steps, identity_refine) * self.anonymized_code_scale
+            z[missing] = self.encode(y[missing], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
         for i, c in enumerate(carried):
             if c is not None:
                 z[i] = torch.as_tensor(c, dtype=y.dtype, device=y.device)
         return z
 
     def recover_faces(
-        self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None, identity_refine: float = 0.0, **controls: Any
+        self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None,
+        identity_refine: float = 1.0, identity_check: float = 0.4, **controls: Any
     ) -> torch.Tensor:
         self._check_keys(y, keys)
-        return self.decode(self.recovered_code(self.anonymized_latents(y, carried, refine_steps, identity_refine), keys, **controls))
+        z_anon = self.anonymized_latents(y, carried, refine_steps, identity_refine, identity_check)
+        return self.decode(self.recovered_code(z_anon, keys, **controls))
 
-    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float = 0.0) -> torch.Tensor:
+    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float = 1.0, identity_check: float = 0.4) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
-        return self.decode(self.encode(x, refine_steps, identity_refine))
+        return self.decode(self.encode(x, refine_steps, identity_refine, identity_check))
 
     def save_pretrained(self, folder) -> Any:
         """As :meth:`NeuralMethod.save_pretrained`, with the trained encoder stored in fp16 (halves the
@@ -247,7 +282,7 @@ class KeyedInvolutionDemo(LatentDemoMethod):
 
     reversible = True
     uses_key = True
-    controls = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL)
+    controls = FIT_CONTROLS
     stages: ClassVar[tuple[int, ...]] = (2,)
     editor_name: ClassVar[str] = "editor"
     key_context: ClassVar[str] = "demo/password"

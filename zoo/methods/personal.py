@@ -62,7 +62,7 @@ from torch import nn
 from .. import losses
 from ..keys import KeyMaterial, Secret
 from .base import Control, NeuralMethod
-from .latent_demo import IDENTITY_REFINE_CONTROL, REFINE_CONTROL, LatentDemoMethod
+from .latent_demo import FIT_CONTROLS, LatentDemoMethod
 from .ifadit import embedding_dim, load_identity_encoder
 
 __all__ = [
@@ -621,7 +621,7 @@ class PersonalDemo(PasswordReferences, LatentDemoMethod):
     # (benchmarks/personal_levels.py, 100 faces), so the default was 7 (110 deg), where two passwords gave
     # the same person 0.272 (n = 1200 pairs). Oriented, recovery is 0.95-0.97 at every level, and at d = 4
     # (same 100 faces) two passwords give the same person 0.21 against 0.30 at d = 7.
-    controls = (Control("level", "int", 4, 0, 9, "privacy level d: rotation g(d) = 70..85, 95..120 degrees"), REFINE_CONTROL, IDENTITY_REFINE_CONTROL)
+    controls = (Control("level", "int", 4, 0, 9, "privacy level d: rotation g(d) = 70..85, 95..120 degrees"), *FIT_CONTROLS)
 
     @property
     def oriented_reference(self) -> bool:
