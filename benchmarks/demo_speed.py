@@ -1,10 +1,12 @@
 """Seconds per aligned face for the bundled demo checkpoints on this machine (anonymize and recover).
 
     python benchmarks/demo_speed.py --threads 2 --methods personal,ifadit
-    python benchmarks/demo_speed.py --settings "" "refine_steps=40,identity_refine=1"
+    python benchmarks/demo_speed.py --settings "" identity_refine=0 identity_check=1
 
 One 64 px generated face through ``anonymize(..., aligned=True)`` and ``recover``, once per ``--settings``
-entry (controls as NAME=VALUE,...; "" = the defaults, 20 refinement steps), median of ``--repeat`` runs
+entry (controls as NAME=VALUE,...; "" = the defaults: 20 refinement steps, and the identity-aware
+re-inversion only where SFace finds the pixel fit far, which a generated face is not; ``identity_check=1``
+forces it, the cost a real face pays), median of ``--repeat`` runs
 after one warm-up; writes ``benchmarks/results/demo_speed_cpu.{json,md}``.
 """
 

@@ -48,9 +48,9 @@ REFINE_CONTROL = Control(
 #: ``refine_steps`` pixel steps, a face whose reconstruction SFace puts below ``identity_check`` cosine to
 #: the input is inverted again, from the encoder's code, with ``identity_steps`` (config, default 40) steps
 #: that add the identity term at weight ``identity_refine``. On the packaged photos' 7 faces the pixel fit leaves SFace cosine -0.003..0.384;
-#: on 60 held-out generated faces 0.42..0.92, so at 0.4 the pass runs on real faces only and generated
-#: faces keep the pixel fit (and its ~0.4 s). Real photos' recovery then moves back toward the person
-#: (benchmarks/photo_recovery.py; docs/dbaf_hford.md), at ~2.5 s more per such face on a 2-core CPU.
+#: on 60 held-out generated faces 0.42..0.92, so at 0.4 the pass runs on real faces, and generated faces
+#: keep the pixel fit and its speed. Real photos' recovery then moves back toward the person
+#: (benchmarks/photo_recovery.py, docs/dbaf_hford.md), at the cost benchmarks/demo_speed.py measures.
 IDENTITY_REFINE_CONTROL = Control(
     "identity_refine", "float", 1.0, 0.0, 10.0, "weight of the identity (SFace) term in the extra refinement of faces the pixel fit leaves far in identity (0 = pixels only)"
 )
@@ -116,7 +116,8 @@ class LatentDemoMethod(NeuralMethod):
         if far.any():
             z = z.clone()
             # from the encoder's code again: continuing from the pixel fit left real faces further away
-            # (photo_recovery, dbaf, 7 faces: mean dlib distance of the recovery 0.655 against 0.583)
+            # (benchmarks/photo_recovery.py, dbaf, 7 faces, 1 key: recovery closer 5/7 and mean dlib
+            # distance 0.655 continuing, 7/7 and 0.593 from the encoder's code)
             z[far] = invert(generator, self.components["encoder"], x[far], self.identity_steps, identity=load_sface(x.device).embed_aligned, identity_weight=weight)
         return z
 
