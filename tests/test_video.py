@@ -61,6 +61,17 @@ def _face_diff(a: np.ndarray, b: np.ndarray, box) -> float:
     return float(np.abs(a[y0:y1, x0:x1].astype(np.int16) - b[y0:y1, x0:x1]).mean())
 
 
+def test_video_turns_the_identity_reinversion_off_unless_asked():
+    from zoo import load
+    from zoo.video import _video_defaults
+
+    demo, blur = load("ifadit"), load("blur")
+    assert _video_defaults(demo, {})["identity_refine"] == 0.0
+    assert _video_defaults(demo, {"identity_refine": 1})["identity_refine"] == 1
+    assert _video_defaults(demo, {"refine_steps": 5}) == {"refine_steps": 5, "identity_refine": 0.0}
+    assert "identity_refine" not in _video_defaults(blur, {"strength": 0.5})
+
+
 def test_tracker_bridges_gaps_and_keeps_ids():
     def face(x):
         return DetectedFace([x, 10, x + 40, 50], [[x + 12, 25], [x + 28, 25], [x + 20, 33], [x + 14, 42], [x + 26, 42]], 0.9)

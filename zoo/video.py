@@ -504,8 +504,21 @@ def anonymize_video(method, src_path, out_path, key=None, *, lossless: bool | No
     (detector threshold). Returns a :class:`VideoResult` whose ``report()`` lists every face of every
     frame with its track. The file is written to a temporary name in the output folder and renamed at
     the end (removed on any error or interrupt).
+
+    Demo methods: the identity-aware re-inversion (``identity_refine``) is off in video unless asked for.
+    It costs 2.9-4.0 s per real face on 2 CPU threads (benchmarks/demo_speed.py), and a clip would pay
+    it for every face of every frame. Pass ``identity_refine=1`` to have it anyway.
     """
+    controls = _video_defaults(method, controls)
     return _run_video(method, "anonymize", src_path, out_path, key, bool(lossless), max_gap, batch_frames, progress, controls, None)
+
+
+def _video_defaults(method, controls: dict) -> dict:
+    """``controls`` with ``identity_refine=0`` where the method has that control and the caller did not set it."""
+    names = {c.name for c in getattr(method, "controls", ())}
+    if "identity_refine" in names and controls.get("identity_refine") is None:
+        return {**controls, "identity_refine": 0.0}
+    return dict(controls)
 
 
 def recover_video(method, src_path, out_path, key, *, lossless: bool | None = None, max_gap: int = 5, batch_frames: int = 8, progress=True, faces_from: dict | str | os.PathLike | None = None, **controls) -> VideoResult:
@@ -521,6 +534,7 @@ def recover_video(method, src_path, out_path, key, *, lossless: bool | None = No
         raise ValueError("recover needs the key that was used to anonymize")
     if faces_from is not None and not isinstance(faces_from, dict):
         faces_from = json.loads(Path(faces_from).read_text())
+    controls = _video_defaults(method, controls)
     return _run_video(method, "recover", src_path, out_path, key, bool(lossless), max_gap, batch_frames, progress, controls, faces_from)
 
 
