@@ -381,8 +381,8 @@ def evaluate(
         outputs["reconstructed"], fallbacks["reconstruct"] = _run(method, "reconstruct", images, None, controls)
     diversity_keys = [key] + [f"{key} / diversity {i}" for i in range(1, n_keys)] if (uses_key and n_keys >= 2) else []
     div_outputs = [anon] + [_run(method, "anonymize", images, k, controls)[0] for k in diversity_keys[1:]]
-    # the wrong key on every key's anonymization: one key's rate over N faces swings with the key
-    # (personal, 200 faces: 0.225 at the evaluation key, 0.172 over 400 other face-passwords)
+    # the wrong key on every key's anonymization too: one key's rate over N faces swings with the key
+    # (docs/ifadit_personal.md, "What a wrong password leaves")
     wrong_all = [outputs["wrong_key"]] + [_run(method, "recover", o, wrong_key, controls)[0] for o in div_outputs[1:]] if reversible else []
     degraded = {name: fn(anon) for name, fn in ROBUSTNESS.items()} if robustness else {}
     recovered_degraded = {name: _run(method, "recover", img, key, controls)[0] for name, img in degraded.items()} if reversible else {}

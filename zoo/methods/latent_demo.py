@@ -57,6 +57,7 @@ IDENTITY_REFINE_CONTROL = Control(
 IDENTITY_CHECK_CONTROL = Control(
     "identity_check", "float", 0.4, 0.0, 1.0, "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)"
 )
+_IDENTITY_WEIGHT, _IDENTITY_CHECK = IDENTITY_REFINE_CONTROL.default, IDENTITY_CHECK_CONTROL.default  # the API's defaults
 #: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
 FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
 
@@ -188,7 +189,7 @@ class LatentDemoMethod(NeuralMethod):
                     cache.popitem(last=False)
         return torch.stack([known[r] for r in rows]).to(x.device, x.dtype)
 
-    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = 1.0, identity_check: float = 0.4, **controls: Any):
+    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK, **controls: Any):
         """(X_anon ``[N,3,64,64]``, z_anon ``[N,100]``): the face and the code the carrier writes into it."""
         self._check_keys(x, keys)
         z_anon = self.anonymized_code(self.encode_cached(x, refine_steps, identity_refine, identity_check), keys, **controls)
@@ -210,7 +211,7 @@ class LatentDemoMethod(NeuralMethod):
         """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code."""
         return self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
 
-    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = 1.0, identity_check: float = 0.4, **controls: Any) -> torch.Tensor:
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK, **controls: Any) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
 
     def anonymized_latents(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
@@ -229,13 +230,13 @@ class LatentDemoMethod(NeuralMethod):
 
     def recover_faces(
         self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None,
-        identity_refine: float = 1.0, identity_check: float = 0.4, **controls: Any
+        identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK, **controls: Any
     ) -> torch.Tensor:
         self._check_keys(y, keys)
         z_anon = self.anonymized_latents(y, carried, refine_steps, identity_refine, identity_check)
         return self.decode(self.recovered_code(z_anon, keys, **controls))
 
-    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float = 1.0, identity_check: float = 0.4) -> torch.Tensor:
+    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
         return self.decode(self.encode(x, refine_steps, identity_refine, identity_check))
 
