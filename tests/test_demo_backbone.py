@@ -187,6 +187,16 @@ def test_identity_refinement_runs_only_on_faces_the_pixel_fit_leaves_far_and_is_
         m.validate_controls({"identity_check": 1.5})
 
 
+def test_identity_reinversion_defaults_per_method_reach_the_tensor_api():
+    from zoo import load
+
+    hford, dbaf = load("hford"), load("dbaf")
+    # off for hford (it raised the real faces dlib still matched, hford.py), on for the others
+    assert hford.validate_controls({})["identity_refine"] == 0.0 and hford.identity_controls(None, None) == (0.0, 0.4)
+    assert dbaf.validate_controls({})["identity_refine"] == 1.0 and dbaf.identity_controls(None, None) == (1.0, 0.4)
+    assert dbaf.identity_controls(0.5, 1.0) == (0.5, 1.0)
+
+
 # ------------------------------------------------------------------------------------------ demo methods
 @pytest.fixture(scope="module")
 def personal_demo():

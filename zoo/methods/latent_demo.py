@@ -57,7 +57,6 @@ IDENTITY_REFINE_CONTROL = Control(
 IDENTITY_CHECK_CONTROL = Control(
     "identity_check", "float", 0.4, 0.0, 1.0, "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)"
 )
-_IDENTITY_WEIGHT, _IDENTITY_CHECK = IDENTITY_REFINE_CONTROL.default, IDENTITY_CHECK_CONTROL.default  # the API's defaults
 #: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
 FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
 
@@ -121,6 +120,13 @@ class LatentDemoMethod(NeuralMethod):
             # distance 0.655 continuing, 7/7 and 0.593 from the encoder's code)
             z[far] = invert(generator, self.components["encoder"], x[far], self.identity_steps, identity=load_sface(x.device).embed_aligned, identity_weight=weight)
         return z
+
+    def identity_controls(self, identity_refine: float | None, identity_check: float | None) -> tuple[float, float]:
+        """(weight, check) with None replaced by this method's control defaults (``controls``)."""
+        defaults = {c.name: c.default for c in self.controls}
+        weight = defaults.get("identity_refine", 0.0) if identity_refine is None else identity_refine
+        check = defaults.get("identity_check", 0.0) if identity_check is None else identity_check
+        return float(weight), float(check)
 
     @torch.no_grad()
     def identity_fit(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -189,9 +195,10 @@ class LatentDemoMethod(NeuralMethod):
                     cache.popitem(last=False)
         return torch.stack([known[r] for r in rows]).to(x.device, x.dtype)
 
-    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK, **controls: Any):
+    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any):
         """(X_anon ``[N,3,64,64]``, z_anon ``[N,100]``): the face and the code the carrier writes into it."""
         self._check_keys(x, keys)
+        identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
         z_anon = self.anonymized_code(self.encode_cached(x, refine_steps, identity_refine, identity_check), keys, **controls)
         return self.decode(z_anon), z_anon
 
@@ -211,7 +218,7 @@ class LatentDemoMethod(NeuralMethod):
         """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code."""
         return self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
 
-    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK, **controls: Any) -> torch.Tensor:
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
 
     def anonymized_latents(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
@@ -230,15 +237,15 @@ class LatentDemoMethod(NeuralMethod):
 
     def recover_faces(
         self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None,
-        identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK, **controls: Any
+        identity_refine: float | None = None, identity_check: float | None = None, **controls: Any
     ) -> torch.Tensor:
         self._check_keys(y, keys)
-        z_anon = self.anonymized_latents(y, carried, refine_steps, identity_refine, identity_check)
+        z_anon = self.anonymized_latents(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check))
         return self.decode(self.recovered_code(z_anon, keys, **controls))
 
-    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float = _IDENTITY_WEIGHT, identity_check: float = _IDENTITY_CHECK) -> torch.Tensor:
+    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
-        return self.decode(self.encode(x, refine_steps, identity_refine, identity_check))
+        return self.decode(self.encode(x, refine_steps, *self.identity_controls(identity_refine, identity_check)))
 
     def save_pretrained(self, folder) -> Any:
         """As :meth:`NeuralMethod.save_pretrained`, with the trained encoder stored in fp16 (halves the
