@@ -638,6 +638,13 @@ def _controls_for(keys: list[tuple[str, str]], values: Sequence[Any], method: st
     return {cname: v for (m, cname), v in zip(keys, values) if m == method and v is not None}
 
 
+def _changed_controls(method, controls: dict[str, Any]) -> dict[str, Any]:
+    """The controls whose slider the user moved off the method's default: a slider always sends a value,
+    and video keeps its own defaults for the ones left alone (zoo.video: no identity re-inversion)."""
+    defaults = {c.name: c.default for c in getattr(method, "controls", ())}
+    return {k: v for k, v in controls.items() if k not in defaults or v != defaults[k]}
+
+
 # ============================================================================ shared bits
 @dataclass
 class FaceScores:
@@ -912,7 +919,7 @@ def _anonymize_clip(video: str, info: VideoInfo, s: MethodStatus, key: str | Non
     t0 = time.perf_counter()
     try:
         m = get_method(s)
-        res = anonymize_video(m, video, out, key=key, progress=step, **_controls_for(control_keys, control_values, s.name))
+        res = anonymize_video(m, video, out, key=key, progress=step, **_changed_controls(m, _controls_for(control_keys, control_values, s.name)))
     except Exception as err:  # noqa: BLE001 - shown as one line; an internal failure is logged with its traceback
         shutil.rmtree(run, ignore_errors=True)
         notes: list[str] = []

@@ -71,6 +71,13 @@ def test_video_turns_the_identity_reinversion_off_unless_asked():
     assert _video_defaults(demo, {"refine_steps": 5}) == {"refine_steps": 5, "identity_refine": 0.0}
     assert "identity_refine" not in _video_defaults(blur, {"strength": 0.5})
 
+    # the app's video tab sends every slider; the ones left at the default do not override video's
+    from space_app import _changed_controls
+
+    sent = _changed_controls(demo, {"identity_refine": 1.0, "identity_check": 0.4, "refine_steps": 30})
+    assert sent == {"refine_steps": 30} and _video_defaults(demo, sent)["identity_refine"] == 0.0
+    assert _changed_controls(demo, {"identity_refine": 2.0}) == {"identity_refine": 2.0}
+
 
 def test_tracker_bridges_gaps_and_keeps_ids():
     def face(x):
