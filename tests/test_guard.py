@@ -126,6 +126,74 @@ def test_key_variants_differ_and_recovery_follows_the_carried_variant():
         assert d_wrong > 10 * max(d_right, 1.0)
 
 
+class _LeakyRecovery(DeidMethod):
+    """A reversible keyed 'method' whose recovery ignores the key: any wrong key gives the face back."""
+
+    name = "leaky-recovery-test"
+    uses_key = True
+    reversible = True
+    guard_by_default = True
+    guard_variants = 2
+
+    def anonymize_faces(self, x, keys, **controls):
+        return -x.flip(-1)
+
+    def recover_faces(self, y, keys, **controls):
+        return -y.flip(-1)
+
+
+def test_guard_ranks_variants_by_the_nearer_of_face_and_wrong_key_recovery():
+    from zoo.guard import GuardCheck, guard_for
+
+    g = guard_for()
+    far_face_leaky_key = GuardCheck(0.95, wrong_key_distance=0.30)
+    both_far = GuardCheck(0.88, wrong_key_distance=0.90)
+    assert far_face_leaky_key.score == 0.30 and not far_face_leaky_key.passes(g) and both_far.passes(g)
+    assert both_far.rank(g) > far_face_leaky_key.rank(g)
+    # a variant whose anonymized face would be blurred never wins over one that is not
+    blurred_face = GuardCheck(g.floor - 0.01, wrong_key_distance=1.5)
+    assert far_face_leaky_key.rank(g) > blurred_face.rank(g)
+    assert GuardCheck(0.9).score == 0.9 and "wrong_key_distance" not in GuardCheck(0.9).as_dict()
+
+
+def test_guard_catches_a_wrong_key_that_gives_the_face_back(astronaut):
+    from zoo.guard import guard_for
+
+    m = _LeakyRecovery()
+    out = m.anonymize(astronaut, key="leak test")
+    (face,) = out.faces
+    assert face.guard["wrong_key_distance"] < guard_for().floor  # the stand-in wrong key recovered the person
+    assert face.guard["tried"] == 1 + m.guard_variants  # so every variant was tried
+    assert m.anonymize(astronaut, key="leak test", privacy_guard=False).faces[0].guard is None
+
+
+def test_wrong_key_distance_is_the_recovery_with_the_stand_in_key():
+    """The reported wrong-key distance is SFace's distance between the input and the kept variant's code
+    recovered with KeyMaterial.wrong_key (and that variant), recomputed here outside the guard."""
+    import zoo
+    from zoo.judges import get_judge
+    from zoo.keys import Secret
+    from zoo.synthetic import synthetic_faces_uint8
+    from zoo.imageio import from_tensor, to_tensor
+
+    m = zoo.load("personal")
+    x = synthetic_faces_uint8(3, seed=322, resolution=64)
+    anon = m.anonymize(list(x), key="probe test", aligned=True, refine_steps=0, identity_refine=0.0)
+    keys = m.face_keys(m.run_secret("probe test"), 3)
+    sface = get_judge("sface")
+    controls = m.validate_controls({"refine_steps": 0, "identity_refine": 0.0})
+    for i, r in enumerate(anon):
+        g = r.faces[0].guard
+        (block,) = carrier.extract_all(np.asarray(r.image.convert("RGB")))
+        assert block.variant == g["variant"]
+        wrong = [keys[i].wrong_key()]
+        k, ctl = (wrong, controls) if g["variant"] == 0 else m.guard_variant(wrong, controls, g["variant"])
+        with torch.inference_mode():
+            y = m.recover_faces(to_tensor(x[i : i + 1], 64), k, carried=[block.latent], **ctl)
+        d = float(sface.distance(sface.embed_aligned(x[i : i + 1]), sface.embed_aligned(from_tensor(y)))[0])
+        assert abs(d - g["wrong_key_distance"]) < 0.02, (d, g)
+
+
 def test_cli_guard_option(tmp_path):
     import json
 

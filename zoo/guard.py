@@ -9,7 +9,10 @@ original face:
 * cosine distance >= ``target`` (default :data:`DEFAULT_TARGET`): the face passes;
 * else the face is anonymized again with the method's next *key variant* (:meth:`DeidMethod.guard_variant`:
   key material derived from the face's key, or a stronger level), up to ``DeidMethod.guard_variants``
-  times; the first variant that passes is kept, else the farthest one. The variant's number rides in
+  times; the first variant that passes is kept, else the farthest one. For a reversible keyed method a
+  variant passes only if its recovery with a stand-in wrong key is as far as the target too (a wrong key
+  must not give the person back; the recovery is measured, never shown), and the report gives both
+  distances. The variant's number rides in
   the face's carrier block (:mod:`zoo.carrier`), so recovery from the saved image uses the same variant;
 * the kept face is still within SFace's own same-person threshold (distance < ``floor``, 0.637): its
   region is hard-blurred on top (fail closed, status ``guard_blur``). A carried code still recovers it
@@ -42,9 +45,28 @@ class GuardCheck:
     variant: int = 0  # key variant kept (0 = the plain key)
     tried: int = 1  # variants tried
     blurred: bool = False  # no variant reached the margin: the face was hard-blurred
+    #: reversible keyed methods: SFace distance to the original of the kept output recovered with a
+    #: stand-in wrong key (never shown; :meth:`~zoo.methods.base.DeidMethod._wrong_key_probe`)
+    wrong_key_distance: float | None = None
+
+    @property
+    def score(self) -> float:
+        """The nearer of the anonymized face and the wrong-key recovery (SFace cosine distance)."""
+        return self.distance if self.wrong_key_distance is None else min(self.distance, self.wrong_key_distance)
+
+    def passes(self, guard: "PrivacyGuard") -> bool:
+        return self.score >= guard.target
+
+    def rank(self, guard: "PrivacyGuard") -> tuple[bool, float]:
+        """Order of preference between key variants: an anonymized face past SFace's own threshold first
+        (the other would be blurred), then the larger :attr:`score`."""
+        return (self.distance >= guard.floor, self.score)
 
     def as_dict(self) -> dict:
-        return {"judge": "sface", "distance": round(float(self.distance), 4), "variant": int(self.variant), "tried": int(self.tried), "blurred": bool(self.blurred)}
+        out = {"judge": "sface", "distance": round(float(self.distance), 4), "variant": int(self.variant), "tried": int(self.tried), "blurred": bool(self.blurred)}
+        if self.wrong_key_distance is not None:
+            out["wrong_key_distance"] = round(float(self.wrong_key_distance), 4)
+        return out
 
 
 class PrivacyGuard:

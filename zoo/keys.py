@@ -143,6 +143,13 @@ class KeyMaterial:
         seed = _expand(self.seed, f"guard-variant|{int(number)}".encode(), 32)
         return KeyMaterial(seed, label=f"{self.label}|variant{int(number)}", fingerprint=self.fingerprint)
 
+    def wrong_key(self) -> "KeyMaterial":
+        """Other key material for the same face (HKDF of this one): the privacy guard's stand-in for a
+        wrong key (:meth:`~zoo.methods.base.DeidMethod._wrong_key_probe`). What it recovers is only
+        measured, never shown."""
+        seed = _expand(self.seed, b"guard-wrong-key-probe", 32)
+        return KeyMaterial(seed, label=f"{self.label}|wrong-key probe", fingerprint="")
+
     def digits(self, n: int, context: str = "") -> str:
         """``n`` decimal digits (e.g. the 6-digit password of Cao et al.)."""
         value = int.from_bytes(self.bytes(16, f"digits|{context}"), "little")
