@@ -1080,7 +1080,8 @@ def _diversity_rgb(rgb: np.ndarray, chosen: list[MethodStatus], keys: list[str],
             m = get_method(s)
             controls = _controls_for(control_keys, control_values, s.name)
             t0 = time.perf_counter()
-            results = [m.anonymize(rgb, key=k, **controls) for k in keys]
+            with m.run_scope():  # one request: the N keys share each face's GAN inversion (dropped after)
+                results = [m.anonymize(rgb, key=k, **controls) for k in keys]
             seconds = time.perf_counter() - t0
         except Exception as err:  # noqa: BLE001
             _method_failed(s.name, err, notes)

@@ -4,10 +4,12 @@ For every demo method and every face of the packaged photos (insightface's group
 anonymize with ``--keys`` different keys, once with the guard off and once with it on (the default),
 and judge each face at its original place with dlib (the independent judge; the guard uses SFace only).
 Reports per method: faces dlib matches (distance < 0.6) without / with the guard, faces the guard
-re-keyed (a variant other than 0 kept), faces it blurred, the mean dlib distance, and seconds per photo.
+re-keyed (a variant other than 0 kept), faces it blurred, the mean dlib distance, seconds per photo, and,
+with the guard on, faces dlib matches after recovering the saved output with a wrong key.
 
     python benchmarks/privacy_guard.py                      # -> benchmarks/results/privacy_guard_cpu.{md,json}
     python benchmarks/privacy_guard.py --methods dbaf --keys 2
+    python benchmarks/privacy_guard.py --modes on             # guard on only (the off columns read '-')
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 
-def run(methods: list[str], n_keys: int, threads: int) -> dict:
+def run(methods: list[str], n_keys: int, threads: int, modes: tuple[str, ...] = ("off", "on")) -> dict:
     import torch
 
     torch.set_num_threads(threads)
@@ -46,11 +48,12 @@ def run(methods: list[str], n_keys: int, threads: int) -> dict:
         m = zoo.load(name)
         dist = {"off": [], "on": []}
         seconds = {"off": [], "on": []}
+        wrong_key: list[float] = []
         rekeyed = blurred = 0
         for k in range(n_keys):
             key = f"guard benchmark key {k}"
             for _, rgb, faces, e0 in loaded:
-                for mode in ("off", "on"):
+                for mode in modes:
                     t0 = time.perf_counter()
                     out = m.anonymize(rgb, key=key, privacy_guard=(mode == "on"))
                     seconds[mode].append(time.perf_counter() - t0)
@@ -59,19 +62,27 @@ def run(methods: list[str], n_keys: int, threads: int) -> dict:
                     if mode == "on":
                         rekeyed += sum(1 for f in out.faces if f.guard and f.guard["variant"] > 0)
                         blurred += sum(1 for f in out.faces if f.status == "guard_blur")
-        n = len(dist["on"])
+                        if m.reversible:  # the saved output (lossless: the carried codes) with a wrong key
+                            rec = np.asarray(m.recover(arr, key=f"{key} (wrong)"))
+                            wrong_key += dlib.distance(e0, embed_at_original_places(dlib, rgb, rec, faces)).tolist()
+        n = len(dist[modes[-1]])
+
+        def stat(fn, values):
+            return round(float(fn(values)), 4) if values else None
+
         rows[name] = {
             "face_keys": n,
-            "matched_without_guard": int(sum(d < dlib.threshold for d in dist["off"])),
-            "matched_with_guard": int(sum(d < dlib.threshold for d in dist["on"])),
+            "matched_without_guard": int(sum(d < dlib.threshold for d in dist["off"])) if dist["off"] else None,
+            "matched_with_guard": int(sum(d < dlib.threshold for d in dist["on"])) if dist["on"] else None,
             "rekeyed": rekeyed,
             "blurred": blurred,
-            "mean_dlib_distance_without": round(float(np.mean(dist["off"])), 4),
-            "mean_dlib_distance_with": round(float(np.mean(dist["on"])), 4),
-            "min_dlib_distance_without": round(float(np.min(dist["off"])), 4),
-            "min_dlib_distance_with": round(float(np.min(dist["on"])), 4),
-            "seconds_per_photo_without": round(float(np.mean(seconds["off"])), 3),
-            "seconds_per_photo_with": round(float(np.mean(seconds["on"])), 3),
+            "mean_dlib_distance_without": stat(np.mean, dist["off"]),
+            "mean_dlib_distance_with": stat(np.mean, dist["on"]),
+            "min_dlib_distance_without": stat(np.min, dist["off"]),
+            "min_dlib_distance_with": stat(np.min, dist["on"]),
+            "seconds_per_photo_without": stat(np.mean, seconds["off"]),
+            "seconds_per_photo_with": stat(np.mean, seconds["on"]),
+            "matched_after_wrong_key_recovery": int(sum(d < dlib.threshold for d in wrong_key)) if wrong_key else None,
         }
         print(name, rows[name], flush=True)
     return {"photos": [p[0] for p in loaded], "faces_per_key": sum(len(p[2]) for p in loaded), "keys": n_keys, "methods": rows}
@@ -82,10 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default="personal,ifadit,dbaf,hford")
     ap.add_argument("--keys", type=int, default=8)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--modes", default="off,on", help="guard settings to run: off,on (default) or one of them")
     ap.add_argument("--out", default="benchmarks/results/privacy_guard_cpu")
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    result = run([m.strip() for m in args.methods.split(",") if m.strip()], args.keys, args.threads)
+    modes = tuple(x.strip() for x in args.modes.split(",") if x.strip())
+    if not modes or set(modes) - {"off", "on"}:
+        ap.error("--modes takes off, on or off,on")
+    result = run([m.strip() for m in args.methods.split(",") if m.strip()], args.keys, args.threads, modes)
     result["command"] = "python benchmarks/privacy_guard.py " + " ".join(argv if argv is not None else sys.argv[1:])
     result["machine"] = f"{platform.processor() or platform.machine()}, {args.threads} thread(s)"
     out = Path(args.out)
@@ -97,14 +112,19 @@ def main(argv: list[str] | None = None) -> int:
         f"Command: `{result['command'].strip()}`; machine: {result['machine']}.",
         f"Photos: {', '.join(result['photos'])} ({result['faces_per_key']} faces) x {result['keys']} keys per method.",
         "",
-        "| method | face-keys | dlib matched, guard off | dlib matched, guard on | re-keyed | blurred | mean dlib distance off / on | min off / on | s per photo off / on |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| method | face-keys | dlib matched, guard off | dlib matched, guard on | re-keyed | blurred | mean dlib distance off / on | min off / on | s per photo off / on | matched after a wrong-key recovery (guard on) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+
+    def cell(v, fmt="{}"):
+        return "-" if v is None else fmt.format(v)
+
     for name, r in result["methods"].items():
         lines.append(
-            f"| {name} | {r['face_keys']} | {r['matched_without_guard']} | {r['matched_with_guard']} | {r['rekeyed']} | {r['blurred']} | "
-            f"{r['mean_dlib_distance_without']:.3f} / {r['mean_dlib_distance_with']:.3f} | {r['min_dlib_distance_without']:.3f} / {r['min_dlib_distance_with']:.3f} | "
-            f"{r['seconds_per_photo_without']:.2f} / {r['seconds_per_photo_with']:.2f} |"
+            f"| {name} | {r['face_keys']} | {cell(r['matched_without_guard'])} | {cell(r['matched_with_guard'])} | {r['rekeyed']} | {r['blurred']} | "
+            f"{cell(r['mean_dlib_distance_without'], '{:.3f}')} / {cell(r['mean_dlib_distance_with'], '{:.3f}')} | "
+            f"{cell(r['min_dlib_distance_without'], '{:.3f}')} / {cell(r['min_dlib_distance_with'], '{:.3f}')} | "
+            f"{cell(r['seconds_per_photo_without'], '{:.2f}')} / {cell(r['seconds_per_photo_with'], '{:.2f}')} | {cell(r['matched_after_wrong_key_recovery'])} |"
         )
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(out.with_suffix(".md").read_text())

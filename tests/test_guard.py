@@ -134,6 +134,7 @@ class _LeakyRecovery(DeidMethod):
     reversible = True
     guard_by_default = True
     guard_variants = 2
+    guard_wrong_key_check = True
 
     def anonymize_faces(self, x, keys, **controls):
         return -x.flip(-1)
@@ -224,3 +225,28 @@ def test_no_face_code_outlives_the_call():
     m = zoo.load("hford")
     m.anonymize(list(synthetic_faces_uint8(2, seed=9, resolution=64)), key="k", aligned=True, refine_steps=0, privacy_guard=1.9)
     assert "_code_cache" not in m.__dict__ and m.__dict__.get("_scope_depth", 0) == 0
+
+
+def test_an_outer_scope_shares_the_inversion_across_keys_and_drops_it_after():
+    """The app's diversity tab runs N keys on one photo inside one run_scope: each face is inverted once,
+    and no code is left in the method when the scope ends."""
+    import zoo
+    from zoo.synthetic import synthetic_faces_uint8
+
+    m = zoo.load("hford")
+    x = list(synthetic_faces_uint8(2, seed=10, resolution=64))
+    calls = []
+    encode = m.encode
+    m.encode = lambda faces, *a, **k: calls.append(faces.shape[0]) or encode(faces, *a, **k)
+    try:
+        with m.run_scope():
+            a = m.anonymize(x, key="key one", aligned=True, refine_steps=0, privacy_guard=False)
+            b = m.anonymize(x, key="key two", aligned=True, refine_steps=0, privacy_guard=False)
+            assert "_code_cache" in m.__dict__
+        assert calls == [2]  # the second key reused both faces' codes
+        assert not np.array_equal(np.asarray(a[0].image), np.asarray(b[0].image))
+        assert "_code_cache" not in m.__dict__ and m.__dict__.get("_scope_depth", 0) == 0
+        m.anonymize(x, key="key one", aligned=True, refine_steps=0, privacy_guard=False)
+        assert calls == [2, 2]  # a later call inverts again
+    finally:
+        del m.encode

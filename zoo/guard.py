@@ -11,14 +11,13 @@ original face:
   key material derived from the face's key, or a stronger level), up to ``DeidMethod.guard_variants``
   times; the first variant that passes is kept, else the farthest one. For a reversible keyed method a
   variant passes only if its recovery with a stand-in wrong key is as far as the target too (a wrong key
-  must not give the person back; the recovery is measured, never shown), and the report gives both
-  distances. The variant's number rides in
+  must not give the person back; that recovery is measured, never shown). The variant's number rides in
   the face's carrier block (:mod:`zoo.carrier`), so recovery from the saved image uses the same variant;
 * the kept face is still within SFace's own same-person threshold (distance < ``floor``, 0.637): its
   region is hard-blurred on top (fail closed, status ``guard_blur``). A carried code still recovers it
   from a lossless save.
 
-Every face's guard distance and variant go into the report. The guard uses SFace only: dlib, the judge
+Every face's guard distance(s) and variant go into the report. The guard uses SFace only: dlib, the judge
 of every number the project publishes, is never consulted here, so those numbers stay independent.
 SFace's published same-person threshold is cosine 0.363 (distance 0.637); the retry target is stricter
 (see ``docs/privacy_guard.md`` for the measurement that set it).

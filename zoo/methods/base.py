@@ -145,6 +145,9 @@ class DeidMethod:
     #: may try on a face SFace still finds close to the original
     guard_by_default: ClassVar[bool] = False
     guard_variants: ClassVar[int] = 0
+    #: reversible keyed methods whose wrong-key recovery is nearly the same for every wrong key: the guard
+    #: also recovers each candidate with one stand-in wrong key and weighs that (:meth:`_wrong_key_probe`)
+    guard_wrong_key_check: ClassVar[bool] = False
     #: native aligned-crop size in pixels (instances may override from their config)
     resolution: int = 256
     #: batch size for aligned faces inside one call
@@ -394,8 +397,8 @@ class DeidMethod:
         ``distances(candidate_outs, face_ids) -> {id: SFace distance}`` is below ``guard.target`` are
         anonymized again with key variants 1..``n_variants`` (default :attr:`guard_variants`), the first
         to pass kept, else the best; a face whose kept output is still below ``guard.floor`` is marked
-        to be blurred. A reversible keyed method's candidates are also recovered with a stand-in wrong key
-        (:meth:`_wrong_key_probe`), and a candidate passes only if both are far (:meth:`GuardCheck.rank`).
+        to be blurred. With :attr:`guard_wrong_key_check`, candidates are also recovered with a stand-in
+        wrong key (:meth:`_wrong_key_probe`), and a candidate passes only if both are far (:meth:`GuardCheck.rank`).
         Returns (outs, latents, variants, checks)."""
         from ..guard import GuardCheck
 
@@ -437,14 +440,16 @@ class DeidMethod:
         """For a reversible keyed method, ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id:
         SFace distance}``: each candidate is recovered with a stand-in wrong key (:meth:`KeyMaterial.wrong_key`,
         key variant ``variant`` as a recovery of that face would use) and compared with the aligned input
-        crop. The recovery is only measured, never returned. None for one-way or keyless methods.
+        crop. The recovery is only measured, never returned. None unless :attr:`guard_wrong_key_check`.
 
         Why: what a wrong key returns can keep what the guard's choice of key variant removed from the
         anonymized face. ``personal`` at d = 4 recovers roughly the negated anonymized code with any wrong
         password, so choosing the variant farthest from the person made wrong-key recoveries nearer
         (200 generated faces: dlib matched 0.175 of them without the guard, 0.205 with it;
-        docs/privacy_guard.md)."""
-        if not (self.reversible and self.uses_key):
+        docs/privacy_guard.md). One stand-in key measures that only where every wrong key gives about
+        the same face; for ``hford``, whose wrong key anonymizes again, it took anonymized faces matched
+        from 0.050 to 0.105 (200) with no gain on the wrong key, so it is off there."""
+        if not (self.guard_wrong_key_check and self.reversible and self.uses_key):
             return None
         originals: dict[int, np.ndarray] = {}
 
