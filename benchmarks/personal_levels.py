@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
         return f"{e['value']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
 
     md = [f"# personal: every privacy level, judged by {args.judge}", "", f"Weights: {m.weights_text}.", f"Faces: {ds['name']} ({n}). Command: `{command}`.",
-          "Rates: value [95% Wilson interval], n = number of faces. Recovery from the carried code (float16).", "",
+          "Rates: value [95% Wilson interval], n = number of faces. Recovery from the carried code (float16). The method's transform alone: no privacy guard (the bundle's rows at the default level are with it).", "",
           "| d | g(d) | anonymized, same person | distance to original (mean ± std) | right-key recovery, same person | wrong-key recovery, same person | two passwords, same person |",
           "|---|---|---|---|---|---|---|"]
     for row in rows:

@@ -35,7 +35,7 @@ import math
 import os
 import re
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -354,6 +354,7 @@ def render_card(
     training: Mapping[str, Any] | None = None,
     train_info: Mapping[str, Any] | None = None,
     checkpoint_dir: str | os.PathLike | None = None,
+    extra_sections: Sequence[tuple[str, str]] = (),
 ) -> str:
     """Markdown text (YAML front matter + body) of ``method``'s Hub model card.
 
@@ -363,6 +364,8 @@ def render_card(
     ``base_model``/``base_models`` (Hub ids) are added to the metadata.
     ``train_info``: the trainer's ``train_info`` dict (stage, step, images seen, config...); summarised
     into ``training``. ``checkpoint_dir``: accepted for the trainer's call, not needed.
+    ``extra_sections``: (heading, markdown) pairs of further measured results, shown after the evaluation
+    (e.g. ``personal``'s table for every privacy level).
     """
     from huggingface_hub import ModelCard, ModelCardData
 
@@ -434,6 +437,7 @@ def render_card(
         paper_datasets=facts.get("paper_datasets", ""),
         training=training,
         evaluations=evaluations,
+        extra_sections=[{"title": t, "body": b.strip()} for t, b in extra_sections],
         eval_source=evaluations[0]["source"] if evaluations else None,
         limitations=facts.get("limitations", []),
         licence_notes=facts.get("licence_notes", "").strip(),

@@ -212,3 +212,39 @@ def test_rendered_cards_are_current():
         path = hub_cards.RENDERED_DIR / f"{method}.md"
         assert path.is_file(), f"{path} missing: run python -m hub_cards render"
         assert path.read_text() == render_card(method), f"{path} is stale: run python -m hub_cards render"
+
+
+def test_extra_sections_reach_the_card(tmp_path):
+    """Further measured tables (personal's every privacy level) come after the evaluation, verbatim."""
+    _eval_json(tmp_path / "eval.json", "personal", seed=3)
+    table = "| d | anonymized, same person |\n|---|---|\n| 0 | 0.4217 |\n| 9 | 0.0123 |"
+    text = render_card("personal", tmp_path / "eval.json", extra_sections=[("Every privacy level", table)])
+    card = ModelCard(text)
+    assert "### Every privacy level" in card.text and table in card.text
+    assert card.text.index("## Evaluation") < card.text.index(table) < card.text.index("## Limitations")
+    assert "### Every privacy level" not in render_card("personal", tmp_path / "eval.json")
+
+
+@pytest.mark.parametrize("method", ["personal", "ifadit", "dbaf", "hford"])
+def test_bundled_demo_cards_are_current(method, tmp_path):
+    """zoo/weights/<method>/README.md is what training.bundle renders now from the saved evaluation
+    (`python -m training.bundle --method M --card-only` after a template or methods.yaml edit)."""
+    from training.bundle import REPO, recard
+
+    weights = REPO / "zoo" / "weights" / method
+    (tmp_path / "method.json").write_text((weights / "method.json").read_text())
+    text = recard(method, tmp_path).read_text()
+    assert text == (weights / "README.md").read_text(), f"{weights}/README.md is stale: python -m training.bundle --method {method} --card-only"
+    if method == "personal":  # the table for every level d = 0..9 (issue 15) is in the card
+        assert all(f"\n| {d} | " in text for d in range(10))
+
+
+def test_recard_refuses_what_bundle_did_not_write(tmp_path):
+    from training.bundle import recard
+
+    with pytest.raises(FileNotFoundError, match="bundle the checkpoint first"):
+        recard("dbaf", tmp_path)
+    (tmp_path / "method.json").write_text("{}")
+    (tmp_path / "eval.json").write_text("[]")
+    with pytest.raises(ValueError, match="not written by training.bundle"):
+        recard("dbaf", tmp_path, tmp_path / "eval.json")

@@ -184,6 +184,34 @@ def bundle(
     return index["evaluation"]
 
 
+def extra_sections(method_name: str) -> list[tuple[str, str]]:
+    """Further measured tables for the card: ``benchmarks/results/<method>_demo_levels.md`` (``personal``'s
+    every privacy level, written by ``benchmarks/personal_levels.py``) when it exists."""
+    path = REPO / "benchmarks" / "results" / f"{method_name}_demo_levels.md"
+    if not path.is_file():
+        return []
+    lines = path.read_text().splitlines()
+    title = lines[0].lstrip("# ").strip() if lines and lines[0].startswith("#") else "Every level"
+    return [(title[:1].upper() + title[1:], "\n".join(lines[1:]).strip() + f"\n\nSource: `benchmarks/results/{path.name}`.")]
+
+
+def recard(method_name: str, folder: str | Path | None = None, results: str | Path | None = None) -> Path:
+    """Render a bundled checkpoint's card again from its saved evaluation (``method.json`` and
+    ``benchmarks/results/<method>_demo_cpu.json``), without evaluating again."""
+    folder = Path(folder) if folder else REPO / "zoo" / "weights" / method_name
+    res = Path(results) if results else REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu.json"
+    for need in (folder / "method.json", res):
+        if not need.is_file():
+            raise FileNotFoundError(f"{need} not found: bundle the checkpoint first (python -m training.bundle --method {method_name} ...)")
+    index = json.loads((folder / "method.json").read_text())
+    layout = json.loads(res.read_text())
+    if not isinstance(layout, dict) or "results" not in layout:
+        raise ValueError(f"{res} was not written by training.bundle (no 'results' list)")
+    command = (index.get("evaluation") or {}).get("command") or ""
+    config = shlex.split(command)[shlex.split(command).index("--config") + 1] if "--config" in command else None
+    return write_card(method_name, folder, layout, index, config)
+
+
 def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index: Mapping[str, Any], config: str | None) -> Path:
     """The checkpoint's model card (``README.md``), rendered by :mod:`hub_cards` from the evaluation."""
     from hub_cards import render_card
@@ -202,7 +230,7 @@ def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index:
         ph = layout["photos"]
         training["whole photos (dlib at the original face places)"] = "; ".join(
             f"{k.replace('_', ' ')} {v['value']:.3f} (n={v['n']})" for k, v in ph.items() if isinstance(v, Mapping) and "value" in v)
-    card = render_card(method_name, eval_json={"results": layout["results"]}, training=training)
+    card = render_card(method_name, eval_json={"results": layout["results"]}, training=training, extra_sections=extra_sections(method_name))
     out = Path(folder) / "README.md"
     out.write_text(card)
     return out
@@ -213,6 +241,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", required=True)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", help="build from a config (methods whose demo needs no training step)")
+    src.add_argument("--card-only", action="store_true", help="only render the bundled checkpoint's card again from its saved evaluation")
     src.add_argument("--checkpoint", help="a trained model folder (training/train.py OUT/model)")
     p.add_argument("--encoder", help="an InversionEncoder folder to use instead of the checkpoint's (demo backbone)")
     p.add_argument("--n", type=int, default=200, help="held-out generated faces to evaluate on")
@@ -222,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", help="destination folder (default zoo/weights/<method>)")
     p.add_argument("--results", help="results path stem (default benchmarks/results/<method>_demo_cpu)")
     args = p.parse_args(argv)
+    if args.card_only:
+        print(recard(args.method, args.out, Path(args.results).with_suffix(".json") if args.results else None))
+        return 0
     from training.evaluate import parse_controls
     from zoo.assets import example_images
 
