@@ -8,10 +8,14 @@ any method, the guard or the refinement). Per setting of the controls:
 * faces dlib still matches after anonymization (must be 0),
 * faces whose right-key recovery is closer to the original than the anonymized face (target 90%),
 * faces whose right-key recovery dlib calls the same person as the original,
-* mean dlib distances, and seconds per photo (anonymize + recover).
+* the same two comparisons by SFace (the guard's and the refinement's recognizer), so that a face where the
+  two recognizers disagree can be told from one where recovery did not move back at all,
+* mean dlib distances, and seconds per photo (anonymize + recover),
+* every face-key that misses a target (still matched, or recovery not closer), with both distances.
 
     python benchmarks/photo_recovery.py            # -> benchmarks/results/photo_recovery_cpu.{md,json}
     python benchmarks/photo_recovery.py --methods ifadit --keys 2 --settings "identity_refine=0" "" "identity_check=1"
+    python benchmarks/photo_recovery.py --key-names "evaluation key" --settings "" --threads 1   # training.bundle's key
 
 Settings: comma-separated controls; "" = the defaults (the identity-aware re-inversion of faces whose pixel
 fit SFace puts below cosine 0.4), ``identity_refine=0`` = the pixel fit alone.
@@ -36,6 +40,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="personal,ifadit,dbaf,hford")
     ap.add_argument("--keys", type=int, default=4)
+    ap.add_argument("--key-names", nargs="+", help="these keys instead of --keys generated ones")
     ap.add_argument("--settings", nargs="+", default=["identity_refine=0", ""])
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "photo_recovery_cpu"))
@@ -51,39 +56,47 @@ def main(argv: list[str] | None = None) -> dict:
     from zoo.judges import embed_at_original_places, get_judge
     from zoo.pipeline import detect_faces
 
-    dlib = get_judge("dlib")
+    dlib, sface = get_judge("dlib"), get_judge("sface")
+    keys = list(args.key_names) if args.key_names else [f"photo recovery key {j}" for j in range(args.keys)]
     ex = example_images()
     photos = []
     for name in ("group", "astronaut"):
         rgb, _ = load_image(str(ex[name]))
         faces = detect_faces(rgb)
-        photos.append((Path(ex[name]).name, rgb, faces, dlib.embed_photo_faces(rgb, faces)))
+        photos.append((Path(ex[name]).name, rgb, faces, dlib.embed_photo_faces(rgb, faces), sface.embed_photo_faces(rgb, faces)))
     rows = []
     for method in args.methods.split(","):
         m = zoo.load(method, device="cpu")
         for text in args.settings:
             controls = parse_controls(text.split(","))
-            d_anon, d_rec, seconds = [], [], []
-            for j in range(args.keys):
-                key = f"photo recovery key {j}"
-                for _, rgb, faces, e0 in photos:
+            d_anon, d_rec, s_anon, s_rec, seconds, misses = [], [], [], [], [], []
+            for key in keys:
+                for photo, rgb, faces, e0, s0 in photos:
                     t0 = time.perf_counter()
                     anon = np.asarray(m.anonymize(rgb, key=key, **controls).image.convert("RGB"))
                     rec = np.asarray(m.recover(anon, key=key, **controls).image.convert("RGB"))
                     seconds.append(time.perf_counter() - t0)
                     d_anon += list(dlib.distance(e0, embed_at_original_places(dlib, rgb, anon, faces)))
                     d_rec += list(dlib.distance(e0, embed_at_original_places(dlib, rgb, rec, faces)))
-            da, dr = np.array(d_anon), np.array(d_rec)
+                    s_anon += list(sface.distance(s0, embed_at_original_places(sface, rgb, anon, faces)))
+                    s_rec += list(sface.distance(s0, embed_at_original_places(sface, rgb, rec, faces)))
+                    for i in range(len(faces)):
+                        a, b = d_anon[i - len(faces)], d_rec[i - len(faces)]
+                        if a < dlib.distance_threshold or b >= a:
+                            misses.append({"photo": photo, "face": i, "key": key, "dlib_anonymized": float(a), "dlib_recovered": float(b),
+                                           "sface_anonymized": float(s_anon[i - len(faces)]), "sface_recovered": float(s_rec[i - len(faces)])})
+            da, dr, sa, sr = np.array(d_anon), np.array(d_rec), np.array(s_anon), np.array(s_rec)
             thr = dlib.distance_threshold
             rows.append({
                 "method": method, "controls": controls, "face_keys": int(da.size),
                 "anonymized_same_person": rate(da < thr), "recovery_closer_than_anonymized": rate(dr < da),
-                "recovery_same_person": rate(dr < thr), "mean_distance_anonymized": float(da.mean()),
+                "recovery_same_person": rate(dr < thr), "sface_anonymized_same_person": rate(sa < sface.distance_threshold),
+                "sface_recovery_closer_than_anonymized": rate(sr < sa), "misses": misses, "mean_distance_anonymized": float(da.mean()),
                 "mean_distance_recovered": float(dr.mean()), "seconds_per_photo": float(np.mean(seconds)),
             })
             print(json.dumps(rows[-1], default=str), flush=True)
     command = ("python benchmarks/photo_recovery.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
-    out = {"photos": [p[0] for p in photos], "faces": sum(len(p[2]) for p in photos), "keys": args.keys, "rows": rows,
+    out = {"photos": [p[0] for p in photos], "faces": sum(len(p[2]) for p in photos), "keys": len(keys), "rows": rows,
            "command": command, "machine": f"{platform.machine()}, {args.threads} torch thread(s)"}
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
@@ -94,14 +107,23 @@ def main(argv: list[str] | None = None) -> dict:
 
     md = ["# Recovery on real photos, dlib judge at 0.6 (faces at their original places)", "",
           f"Command: `{command}`; machine: {out['machine']}.",
-          f"Photos: {', '.join(out['photos'])} ({out['faces']} faces) x {args.keys} keys per method and setting; privacy guard on; "
+          f"Photos: {', '.join(out['photos'])} ({out['faces']} faces) x {len(keys)} keys per method and setting; privacy guard on; "
           "recovery from the anonymized pixels (the carried code) with the same key and controls. k/n [95% Wilson interval].", "",
-          "| method | controls | anonymized, still matched | recovery closer than anonymized | recovery, same person | mean distance anonymized / recovered | s per photo (anonymize + recover) |",
-          "|---|---|---|---|---|---|---|"]
+          "| method | controls | anonymized, still matched | recovery closer than anonymized | recovery, same person | SFace: still matched | SFace: recovery closer | mean distance anonymized / recovered | s per photo (anonymize + recover) |",
+          "|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         ctl = ", ".join(f"{k}={v:g}" for k, v in row["controls"].items()) or "defaults"
         md.append(f"| {row['method']} | {ctl} | {r(row['anonymized_same_person'])} | {r(row['recovery_closer_than_anonymized'])} | "
-                  f"{r(row['recovery_same_person'])} | {row['mean_distance_anonymized']:.3f} / {row['mean_distance_recovered']:.3f} | {row['seconds_per_photo']:.1f} |")
+                  f"{r(row['recovery_same_person'])} | {r(row['sface_anonymized_same_person'])} | {r(row['sface_recovery_closer_than_anonymized'])} | {row['mean_distance_anonymized']:.3f} / {row['mean_distance_recovered']:.3f} | {row['seconds_per_photo']:.1f} |")
+    missed = [(row, x) for row in rows for x in row["misses"]]
+    if missed:
+        md += ["", "Face-keys that miss a target (dlib still matches the anonymized face, or the recovery is no closer), "
+               "with SFace's distances beside dlib's:", "",
+               "| method | controls | photo, face | key | dlib anonymized / recovered | SFace anonymized / recovered |", "|---|---|---|---|---|---|"]
+        for row, x in missed:
+            ctl = ", ".join(f"{k}={v:g}" for k, v in row["controls"].items()) or "defaults"
+            md.append(f"| {row['method']} | {ctl} | {x['photo']}, {x['face']} | {x['key']} | {x['dlib_anonymized']:.3f} / {x['dlib_recovered']:.3f} | "
+                      f"{x['sface_anonymized']:.3f} / {x['sface_recovered']:.3f} |")
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return out
