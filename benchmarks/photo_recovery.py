@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> dict:
     from zoo.pipeline import detect_faces
 
     dlib, sface = get_judge("dlib"), get_judge("sface")
+    thr = dlib.distance_threshold
     keys = list(args.key_names) if args.key_names else [f"photo recovery key {j}" for j in range(args.keys)]
     ex = example_images()
     photos = []
@@ -76,17 +77,14 @@ def main(argv: list[str] | None = None) -> dict:
                     anon = np.asarray(m.anonymize(rgb, key=key, **controls).image.convert("RGB"))
                     rec = np.asarray(m.recover(anon, key=key, **controls).image.convert("RGB"))
                     seconds.append(time.perf_counter() - t0)
-                    d_anon += list(dlib.distance(e0, embed_at_original_places(dlib, rgb, anon, faces)))
-                    d_rec += list(dlib.distance(e0, embed_at_original_places(dlib, rgb, rec, faces)))
-                    s_anon += list(sface.distance(s0, embed_at_original_places(sface, rgb, anon, faces)))
-                    s_rec += list(sface.distance(s0, embed_at_original_places(sface, rgb, rec, faces)))
-                    for i in range(len(faces)):
-                        a, b = d_anon[i - len(faces)], d_rec[i - len(faces)]
-                        if a < dlib.distance_threshold or b >= a:
+                    per_face = [j.distance(e, embed_at_original_places(j, rgb, img, faces)) for j, e in ((dlib, e0), (sface, s0)) for img in (anon, rec)]
+                    for target, got in zip((d_anon, d_rec, s_anon, s_rec), per_face):
+                        target += [float(x) for x in got]
+                    for i, (a, b, sa, sr) in enumerate(zip(*per_face)):
+                        if a < thr or b >= a:
                             misses.append({"photo": photo, "face": i, "key": key, "dlib_anonymized": float(a), "dlib_recovered": float(b),
-                                           "sface_anonymized": float(s_anon[i - len(faces)]), "sface_recovered": float(s_rec[i - len(faces)])})
+                                           "sface_anonymized": float(sa), "sface_recovered": float(sr)})
             da, dr, sa, sr = np.array(d_anon), np.array(d_rec), np.array(s_anon), np.array(s_rec)
-            thr = dlib.distance_threshold
             rows.append({
                 "method": method, "controls": controls, "face_keys": int(da.size),
                 "anonymized_same_person": rate(da < thr), "recovery_closer_than_anonymized": rate(dr < da),

@@ -207,8 +207,8 @@ def recard(method_name: str, folder: str | Path | None = None, results: str | Pa
     layout = json.loads(res.read_text())
     if not isinstance(layout, dict) or "results" not in layout:
         raise ValueError(f"{res} was not written by training.bundle (no 'results' list)")
-    command = (index.get("evaluation") or {}).get("command") or ""
-    config = shlex.split(command)[shlex.split(command).index("--config") + 1] if "--config" in command else None
+    words = shlex.split((index.get("evaluation") or {}).get("command") or "")
+    config = words[words.index("--config") + 1] if "--config" in words[:-1] else None
     return write_card(method_name, folder, layout, index, config)
 
 
