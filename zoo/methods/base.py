@@ -457,7 +457,7 @@ class DeidMethod:
             if not which:
                 return {}
             wrong = [k.wrong_key() for k in self._keys_for("anonymize", secret, [key_indices[i] for i in which])]
-            k, ctl = (wrong, dict(controls)) if number == 0 else self.guard_variant(wrong, controls, number)
+            k, ctl = self.guard_variant(wrong, controls, number)
             rec, _, _ = self._process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
             done = [(i, r) for i, r in zip(which, rec) if r is not None]
             new = [i for i, _ in done if i not in originals]
@@ -593,7 +593,7 @@ class DeidMethod:
         latents: list = [None] * n
         for v in sorted(set(variants)):
             ids = [i for i in range(n) if variants[i] == v]
-            k, ctl = ([keys[i] for i in ids], controls) if v == 0 else self.guard_variant([keys[i] for i in ids], controls, v)
+            k, ctl = self.guard_variant([keys[i] for i in ids], controls, v)
             o, e, lat = self._process_isolated(operation, crops[ids], k, ctl, [codes[i] for i in ids])
             for pos, i in enumerate(ids):
                 outs[i], errors[i], latents[i] = o[pos], e[pos], lat[pos]
