@@ -250,3 +250,25 @@ def test_an_outer_scope_shares_the_inversion_across_keys_and_drops_it_after():
         assert calls == [2, 2]  # a later call inverts again
     finally:
         del m.encode
+
+
+def test_aligned_guard_embeds_each_input_crop_once(monkeypatch):
+    """On aligned crops the wrong-key probe reuses the guard's SFace embeddings of the inputs (no second pass)."""
+    import zoo
+    from zoo.guard import PrivacyGuard
+    from zoo.synthetic import synthetic_faces_uint8
+
+    seen: list[np.ndarray] = []
+    embed = PrivacyGuard.crop_embeddings
+
+    def recording(self, crops):
+        seen.extend(np.asarray(c).copy() for c in crops)
+        return embed(self, crops)
+
+    monkeypatch.setattr(PrivacyGuard, "crop_embeddings", recording)
+    m = zoo.load("personal")
+    x = synthetic_faces_uint8(2, seed=323, resolution=64)
+    out = m.anonymize(list(x), key="embed once", aligned=True, refine_steps=0, identity_refine=0.0)
+    assert all(r.faces[0].guard["wrong_key_distance"] is not None for r in out)  # the probe ran
+    for face in x:
+        assert sum(c.shape == face.shape and np.array_equal(c, face) for c in seen) == 1

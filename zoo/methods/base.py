@@ -390,21 +390,22 @@ class DeidMethod:
             d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
             return {i: float(x) for i, x in zip(which, d)}
 
-        return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, None, distances)
+        return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, None, distances, originals)
 
-    def _guard_loop(self, guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances):
+    def _guard_loop(self, guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances, crop_originals=None):
         """The privacy guard's rule (:mod:`zoo.guard`), whatever the distance is taken on: faces whose
         ``distances(candidate_outs, face_ids) -> {id: SFace distance}`` is below ``guard.target`` are
         anonymized again with key variants 1..``n_variants`` (default :attr:`guard_variants`), the first
         to pass kept, else the best; a face whose kept output is still below ``guard.floor`` is marked
         to be blurred. With :attr:`guard_wrong_key_check`, candidates are also recovered with a stand-in
         wrong key (:meth:`_wrong_key_probe`), and a candidate passes only if both are far (:meth:`GuardCheck.rank`).
+        ``crop_originals``: {id: SFace embedding of the aligned input crop} where the caller has them already.
         Returns (outs, latents, variants, checks)."""
         from ..guard import GuardCheck
 
         outs, latents = list(outs), list(latents)
         n_variants = int(self.guard_variants if n_variants is None else n_variants)
-        probe = self._wrong_key_probe(guard, crops, key_indices, secret, controls) if n_variants > 0 else None
+        probe = self._wrong_key_probe(guard, crops, key_indices, secret, controls, crop_originals) if n_variants > 0 else None
 
         def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
             dist = distances(candidate, which)
@@ -436,11 +437,12 @@ class DeidMethod:
             checks[i].blurred = checks[i].distance < guard.floor
         return outs, latents, variants, checks
 
-    def _wrong_key_probe(self, guard, crops, key_indices, secret, controls):
+    def _wrong_key_probe(self, guard, crops, key_indices, secret, controls, originals=None):
         """For a reversible keyed method, ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id:
         SFace distance}``: each candidate is recovered with a stand-in wrong key (:meth:`KeyMaterial.wrong_key`,
         key variant ``variant`` as a recovery of that face would use) and compared with the aligned input
-        crop. The recovery is only measured, never returned. None unless :attr:`guard_wrong_key_check`.
+        crop (``originals``: {id: its SFace embedding} where known, else computed once). The recovery is only
+        measured, never returned. None unless :attr:`guard_wrong_key_check`.
 
         Why: what a wrong key returns can keep what the guard's choice of key variant removed from the
         anonymized face. ``personal`` at d = 4 recovers roughly the negated anonymized code with any wrong
@@ -451,7 +453,7 @@ class DeidMethod:
         from 0.050 to 0.105 (200) with no gain on the wrong key, so it is off there."""
         if not (self.guard_wrong_key_check and self.reversible and self.uses_key):
             return None
-        originals: dict[int, np.ndarray] = {}
+        originals = dict(originals or {})
 
         def probe(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, float]:
             if not which:
