@@ -17,7 +17,7 @@ that no face replacement on this backbone, judged by dlib and guarded by SFace, 
     python benchmarks/privacy_guard.py                      # -> benchmarks/results/privacy_guard_cpu.{md,json}
     python benchmarks/privacy_guard.py --methods dbaf --keys 2
     python benchmarks/privacy_guard.py --modes on             # guard on only (the off columns read '-')
-    python benchmarks/privacy_guard.py --methods random-face,hford --keys 16 --out benchmarks/results/privacy_guard_floor_cpu
+    python benchmarks/privacy_guard.py --methods random-face,hford --keys 24 --out benchmarks/results/privacy_guard_floor_cpu
 """
 
 from __future__ import annotations
