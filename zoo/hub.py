@@ -36,6 +36,7 @@ __all__ = [
     "save_components",
     "load_components",
     "hub_offline",
+    "zoo_cache_dir",
 ]
 
 METHOD_INDEX = "method.json"
@@ -64,6 +65,15 @@ def hub_offline() -> bool:
 
     env = os.environ.get("HF_HUB_OFFLINE", "0").strip().lower() in {"1", "true", "yes", "on"}
     return env or bool(constants.HF_HUB_OFFLINE)
+
+
+def zoo_cache_dir() -> Path:
+    """Where weights converted from installed packages are kept: ``$ZOO_CACHE``, else
+    ``$XDG_CACHE_HOME/face-deid-zoo``, else ``~/.cache/face-deid-zoo``."""
+    if os.environ.get("ZOO_CACHE"):
+        return Path(os.environ["ZOO_CACHE"]).expanduser()
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache").expanduser()
+    return base / "face-deid-zoo"
 
 
 def _qualname(obj: Any) -> str:

@@ -15,7 +15,8 @@ Command line::
     python -m zoo.convert list
     python -m zoo.convert <kind> <original file> <out folder>
 
-ONNX files give their initializers (read with the ``onnx`` package). Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
+ONNX files give their initializers (read with the ``onnx`` package); OpenVINO IR (an ``.xml`` or a folder of them) gives
+``{graph name: IRGraph}`` from our own reader (:mod:`zoo.convert.openvino_ir`). Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
 unpickler that only rebuilds tensors and plain containers, never arbitrary objects. ``.safetensors``
 inputs are read with safetensors.
 """
@@ -49,6 +50,7 @@ CONVERTER_MODULES = [
     "zoo.nn.headnerf",
     "zoo.nn.sface",
     "zoo.nn.dcgan",
+    "zoo.nn.mobilestylegan",
 ]
 
 
@@ -98,6 +100,12 @@ def get_converter(kind: str) -> Converter:
 def load_original(path: str | Path) -> dict[str, Any]:
     """Load an original checkpoint without executing code (weights_only unpickler or safetensors)."""
     path = Path(path)
+    if path.suffix == ".xml" or (path.is_dir() and any(path.glob("*.xml"))):
+        # OpenVINO IR: {graph name: IRGraph} for one .xml or every .xml in a folder (zoo.convert.openvino_ir)
+        from .openvino_ir import read_ir
+
+        files = [path] if path.suffix == ".xml" else sorted(path.glob("*.xml"))
+        return {f.stem: read_ir(f) for f in files}
     if path.suffix == ".onnx":
         # ONNX graphs: their initializers (weights, scales, shapes), read by the ``onnx`` package's protobuf
         # parser; the graph itself is never run here.
