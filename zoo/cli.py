@@ -1,4 +1,4 @@
-"""Command line: ``python -m zoo anonymize|recover|list|info``.
+"""Command line: ``python -m zoo anonymize|recover|list|info|generate``.
 
     python -m zoo anonymize photos/ extra.jpg "more/*.png" --method blur --method pixelate --out out/
     python -m zoo anonymize group.jpg --method dbaf --key-file my.key --out out/
@@ -8,6 +8,8 @@
     python -m zoo anonymize-dataset photos/ --method blur --out anon_ds/                 # a datasets dataset
     python -m zoo list
     python -m zoo info blur
+    python -m zoo info generator                                                      # the FFHQ-grade backbone
+    python -m zoo generate --seed 0 -n 4 --psi 0.7 --size 256 --out faces/            # 000.png .. 003.png
 
 Inputs are files, folders (searched recursively for images) and glob patterns. ``--method`` may be
 repeated and each value may be a comma-separated list (``--method blur,pixelate`` = ``--method blur
@@ -410,10 +412,57 @@ def cmd_list(args: argparse.Namespace) -> int:
 def cmd_info(args: argparse.Namespace) -> int:
     from .registry import info
 
+    if args.name in GENERATOR_NAMES:
+        from .nn.mobilestylegan import generator_info
+
+        print(json.dumps(generator_info(), indent=2, default=str))
+        return 0
     try:
         print(json.dumps(info(args.name), indent=2, default=str))
     except KeyError as err:
         raise CLIError(str(err).strip("'\"")) from None
+    return 0
+
+
+GENERATOR_NAMES = ("generator", "mobilestylegan")
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    """Faces from the FFHQ-grade generator: ``OUT/000.png``, ``001.png``, ... (uint8 RGB)."""
+    import numpy as np
+    import torch
+
+    from .imageio import from_tensor, save_image_atomic
+    from .nn.mobilestylegan import SIZES, STYLE_DIM, load_mobilestylegan
+
+    if args.size not in SIZES:
+        raise CLIError(f"--size must be one of {', '.join(map(str, SIZES))}")
+    if args.z is not None:
+        if args.seed is not None:
+            raise CLIError("give --z or --seed, not both")
+        try:
+            z = np.load(args.z, allow_pickle=False)
+        except (OSError, ValueError) as err:
+            raise CLIError(f"cannot read {args.z}: {err}") from None
+        if z.ndim != 2 or z.shape[1] != STYLE_DIM or z.dtype.kind != "f":
+            raise CLIError(f"--z must hold a float array [N,{STYLE_DIM}], got {z.dtype} {list(z.shape)}")
+        z = z.astype(np.float32)
+    else:
+        if args.n < 1:
+            raise CLIError("-n must be at least 1")
+        seed = 0 if args.seed is None else args.seed
+        z = np.stack([np.random.default_rng(seed + i).standard_normal(STYLE_DIM).astype(np.float32) for i in range(args.n)])
+    model = load_mobilestylegan(args.device or "cpu")
+    if args.size != 1024 and not model.heads_trained:
+        raise CLIError(f"no trained {args.size} px head is installed; use --size 1024")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    device = next(model.parameters()).device
+    with torch.inference_mode():
+        for i in range(len(z)):
+            img = model.generate(torch.from_numpy(z[i : i + 1]).to(device), psi=args.psi, size=args.size)
+            save_image_atomic(from_tensor(img)[0], out / f"{i:03d}.png")
+    print(f"generate: {len(z)} face(s) at {args.size} px, psi {args.psi} -> {out}/", file=sys.stderr)
     return 0
 
 
@@ -462,8 +511,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
     s = sub.add_parser("list", help="list the methods, their controls and whether their weights are here")
     s.add_argument("--json", action="store_true")
-    s = sub.add_parser("info", help="print one method's capabilities as JSON")
+    s = sub.add_parser("info", help="print one method's capabilities as JSON (or the generator's: info generator)")
     s.add_argument("name")
+    s = sub.add_parser("generate", help="draw faces with the FFHQ-grade generator (MobileStyleGAN)", description="Draw faces with the FFHQ-grade generator; writes OUT/000.png, 001.png, ...")
+    s.add_argument("--z", help="a .npy file holding float z's [N,512] (standard normal)")
+    s.add_argument("--seed", type=int, help="face i uses z from numpy's default_rng(seed + i) (default 0)")
+    s.add_argument("-n", type=int, default=1, help="how many faces with --seed (default 1)")
+    s.add_argument("--psi", type=float, default=0.7, help="truncation toward the mean face, 1 = none (default 0.7)")
+    s.add_argument("--size", type=int, default=1024, help="output side: 256, 512 or 1024 (default 1024)")
+    s.add_argument("--out", "-o", required=True, help="output folder")
+    s.add_argument("--device", help="torch device (default cpu)")
     return p
 
 
@@ -486,8 +543,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return cmd_anonymize_dataset(args)
         if args.command == "list":
             return cmd_list(args)
+        if args.command == "generate":
+            return cmd_generate(args)
         return cmd_info(args)
-    except (CLIError, ValueError) as err:
+    except (CLIError, ValueError, FileNotFoundError) as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -61,6 +61,7 @@ __all__ = [
     "SIZES",
     "WEIGHTS_LICENCE",
     "MissingGeneratorError",
+    "generator_info",
 ]
 
 STYLE_DIM = 512
@@ -484,6 +485,31 @@ def _load_cpu() -> MobileStyleGAN:
         check_and_load(model, {**state, **heads}, "MobileStyleGAN (converted cache)")
         model.heads_trained = load_heads(model)
     return model.eval().requires_grad_(False)
+
+
+def generator_info() -> dict[str, Any]:
+    """What ``python -m zoo info generator`` prints: the weights' source, cache and licence, the heads' status."""
+    info: dict[str, Any] = {
+        "name": "MobileStyleGAN (FFHQ-grade face generator, StyleGAN2-FFHQ-1024 distilled)",
+        "source": RANDOM_FACE,
+        "licence": WEIGHTS_LICENCE,
+        "w_plus": {"slots": NUM_SLOTS, "slot_names": list(SLOT_NAMES), "slot_resolutions": list(SLOT_RESOLUTIONS)},
+        "sizes": list(SIZES),
+        "heads": str(heads_dir()),
+        "heads_present": (heads_dir() / "model.safetensors").is_file(),
+    }
+    try:
+        data = random_face_data_dir()
+        info["installed_files"] = str(data)
+        cached = [p for p in (zoo_cache_dir() / "mobilestylegan").glob("*/config.json")]
+        info["converted_cache"] = [str(p.parent) for p in cached]
+    except MissingGeneratorError as err:
+        info["installed_files"] = None
+        info["error"] = str(err)
+    heads_card = heads_dir() / "config.json"
+    if heads_card.is_file():
+        info["heads_config"] = json.loads(heads_card.read_text())
+    return info
 
 
 def load_mobilestylegan(device: str | torch.device = "cpu") -> MobileStyleGAN:

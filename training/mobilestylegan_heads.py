@@ -1,0 +1,279 @@
+"""Train the 256 and 512 px image heads of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`).
+
+The packaged MobileStyleGAN draws only 1024 px images (its intermediate image heads were pruned at export). A
+256 px image drawn by the full network costs the 512 px block; a head on block 4's 128 px features draws it from a
+quarter of the work. Each :class:`zoo.nn.mobilestylegan.ImageHead` learns, on the generator's own samples, to
+reproduce the area-downsampled 1024 px output (mean squared error, i.e. PSNR):
+
+* ``256``: block 4 features ``[256,128,128]`` -> 256 px; target ``avg_pool(img1024, 4)``.
+* ``512``: block 5 features ``[128,256,256]`` -> 512 px; target ``avg_pool(img1024, 2)``.
+
+Styles: w = mapping(z) truncated with psi ~ U(0.5, 1); half of them style-mixed at a random slot; a third pulled
+per slot toward another w by up to 0.3 (inverted codes are W+, not one w). Training sees random feature crops.
+Held-out evaluation: 64 seeds from a disjoint seed range, at psi 0.7 and 1.0.
+
+    python -m training.mobilestylegan_heads data  --n 256 --out runs/msg_heads/data          # resumable shards
+    python -m training.mobilestylegan_heads train --data runs/msg_heads/data --out runs/msg_heads --max-minutes 20 [--resume]
+    python -m training.mobilestylegan_heads eval  --ckpt runs/msg_heads --out benchmarks/results/mobilestylegan_heads.json
+    python -m training.mobilestylegan_heads export --ckpt runs/msg_heads       # fp16 -> zoo/weights/mobilestylegan/heads
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from safetensors.torch import load_file, save_file
+
+from zoo.nn.mobilestylegan import HEAD_BLOCK, NUM_SLOTS, TO_IMG_SLOT, MobileStyleGAN, heads_dir, load_mobilestylegan
+
+__all__ = ["sample_wplus", "make_shards", "train", "evaluate", "export", "main"]
+
+HEAD_SIZES = tuple(s for s, b in HEAD_BLOCK.items() if b is not None)
+EVAL_SEED_OFFSET = 1_000_000  # evaluation seeds: EVAL_SEED_OFFSET + i (training draws from seeds < 1e6)
+SHARD_SIZE = 16
+CROP = 36  # feature crop side; the loss ignores BORDER feature pixels on each side (zero padding there)
+BORDER = 2
+
+
+def sample_wplus(model: MobileStyleGAN, n: int, rng: np.random.Generator) -> torch.Tensor:
+    """``[n,23,512]`` training styles: truncated w's, half style-mixed, a third jittered per slot."""
+    z = torch.from_numpy(rng.standard_normal((3 * n, 512)).astype(np.float32))
+    w = model.mapping(z)
+    psi = torch.from_numpy(rng.uniform(0.5, 1.0, (3 * n, 1)).astype(np.float32))
+    w = model.w_avg + psi * (w - model.w_avg)
+    a, b, c = w[:n], w[n : 2 * n], w[2 * n :]
+    wplus = a[:, None].repeat(1, NUM_SLOTS, 1)
+    for i in range(n):
+        if rng.random() < 0.5:
+            cut = int(rng.integers(1, NUM_SLOTS))
+            wplus[i, cut:] = b[i]
+        if rng.random() < 1 / 3:
+            t = torch.from_numpy(rng.uniform(0.0, 0.3, (NUM_SLOTS, 1)).astype(np.float32))
+            wplus[i] = torch.lerp(wplus[i], c[i].expand(NUM_SLOTS, -1), t)
+    return wplus
+
+
+@torch.no_grad()
+def render_with_features(model: MobileStyleGAN, wplus: torch.Tensor) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    """(head size -> the features its head reads, head size -> target image) for W+ ``[B,23,512]``."""
+    feats = model.synthesis.block_features(wplus)
+    img = model.synthesis.to_img(feats[-1], wplus[:, TO_IMG_SLOT])
+    inputs = {s: feats[HEAD_BLOCK[s]] for s in HEAD_SIZES}
+    targets = {s: F.avg_pool2d(img, img.shape[-1] // s) for s in HEAD_SIZES}
+    return inputs, targets
+
+
+def make_shards(out: Path, n: int, seed: int = 0, batch: int = 2) -> None:
+    """Write ``shard_XXXX.safetensors`` (SHARD_SIZE samples each: the to_img style, features and targets in fp16)
+    until ``n`` samples exist; shards already written are kept, so an interrupted run resumes."""
+    model = load_mobilestylegan()
+    out.mkdir(parents=True, exist_ok=True)
+    for shard in range(math.ceil(n / SHARD_SIZE)):
+        path = out / f"shard_{shard:04d}.safetensors"
+        if path.is_file():
+            continue
+        t0 = time.time()
+        rng = np.random.default_rng([seed, shard])
+        tensors: dict[str, list[torch.Tensor]] = {}
+        wplus = sample_wplus(model, SHARD_SIZE, rng)
+        for i in range(0, SHARD_SIZE, batch):
+            inputs, targets = render_with_features(model, wplus[i : i + batch])
+            for s in HEAD_SIZES:
+                tensors.setdefault(f"features_{s}", []).append(inputs[s].half())
+                tensors.setdefault(f"target_{s}", []).append(targets[s].half())
+        state = {k: torch.cat(v).contiguous() for k, v in tensors.items()}
+        state["style"] = wplus[:, TO_IMG_SLOT].contiguous()
+        tmp = path.with_suffix(".tmp")
+        save_file(state, str(tmp))
+        tmp.rename(path)
+        print(f"{path.name}: {SHARD_SIZE} samples in {time.time() - t0:.1f} s", flush=True)
+
+
+def _load_data(data: Path) -> dict[str, torch.Tensor]:
+    shards = sorted(data.glob("shard_*.safetensors"))
+    if not shards:
+        raise SystemExit(f"no shards in {data}: run `python -m training.mobilestylegan_heads data --out {data}` first")
+    parts = [load_file(str(p)) for p in shards]
+    return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
+
+
+def _crops(data: dict[str, torch.Tensor], size: int, batch: int, rng: np.random.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    feats, target = data[f"features_{size}"], data[f"target_{size}"]
+    res = feats.shape[-1]
+    idx = rng.integers(0, feats.shape[0], batch)
+    ys, xs = rng.integers(0, res - CROP + 1, batch), rng.integers(0, res - CROP + 1, batch)
+    f = torch.stack([feats[i, :, y : y + CROP, x : x + CROP] for i, y, x in zip(idx, ys, xs)]).float()
+    t = torch.stack([target[i, :, 2 * y : 2 * (y + CROP), 2 * x : 2 * (x + CROP)] for i, y, x in zip(idx, ys, xs)]).float()
+    return f, t, data["style"][torch.from_numpy(idx)]
+
+
+def _save_state(out: Path, model: MobileStyleGAN, opt: torch.optim.Optimizer, step: int, log: list[dict]) -> None:
+    heads = model.synthesis.heads
+    state = {f"model.{k}": v.contiguous() for k, v in heads.state_dict().items()}
+    names = dict(heads.named_parameters())
+    for k, p in names.items():
+        st = opt.state.get(p, {})
+        for m in ("exp_avg", "exp_avg_sq"):
+            if m in st:
+                state[f"adam.{m}.{k}"] = st[m].contiguous()
+    save_file(state, str(out / "train_state.safetensors.tmp"))
+    (out / "train_state.safetensors.tmp").rename(out / "train_state.safetensors")
+    (out / "train_log.json").write_text(json.dumps({"step": step, "log": log}, indent=1))
+
+
+def train(data_dir: Path, out: Path, steps: int, max_minutes: float, resume: bool, batch: int = 8, lr: float = 2e-3, seed: int = 0) -> int:
+    """Adam on the heads (MSE against the targets); cosine learning rate over ``steps``; stops after
+    ``max_minutes``; ``resume`` continues from ``out/train_state.safetensors``. Returns the step reached."""
+    torch.manual_seed(seed)
+    out.mkdir(parents=True, exist_ok=True)
+    data = _load_data(data_dir)
+    model = MobileStyleGAN()  # only the heads are trained: no packaged weights are needed here
+    heads = model.synthesis.heads.train().requires_grad_(True)
+    params = dict(heads.named_parameters())
+    opt = torch.optim.Adam(params.values(), lr=lr, betas=(0.9, 0.99))
+    step, log, before = 0, [], 0.0
+    if resume and (out / "train_state.safetensors").is_file():
+        state = load_file(str(out / "train_state.safetensors"))
+        heads.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("model.")})
+        meta = json.loads((out / "train_log.json").read_text())
+        step, log = meta["step"], meta["log"]
+        before = log[-1]["seconds"] if log else 0.0
+        for k, p in params.items():
+            if f"adam.exp_avg.{k}" in state:
+                opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": state[f"adam.exp_avg.{k}"], "exp_avg_sq": state[f"adam.exp_avg_sq.{k}"]}
+    rng = np.random.default_rng([seed, step])
+    t0, running = time.time(), {s: 0.0 for s in HEAD_SIZES}
+    while step < steps and (time.time() - t0) < max_minutes * 60:
+        for g in opt.param_groups:
+            g["lr"] = 1e-4 + 0.5 * (lr - 1e-4) * (1 + math.cos(math.pi * step / steps))
+        loss = torch.zeros(())
+        for s in HEAD_SIZES:
+            f, t, style = _crops(data, s, batch, rng)
+            pred = heads[str(s)](f, style)
+            b = 2 * BORDER
+            mse = F.mse_loss(pred[..., b:-b, b:-b], t[..., b:-b, b:-b])
+            running[s] += float(mse)
+            loss = loss + mse
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        step += 1
+        if step % 200 == 0:
+            entry = {"step": step, "seconds": round(before + time.time() - t0, 1)} | {f"psnr_{s}": round(10 * math.log10(4 / (running[s] / 200)), 2) for s in HEAD_SIZES}
+            log.append(entry)
+            print(entry, flush=True)
+            running = {s: 0.0 for s in HEAD_SIZES}
+            _save_state(out, model, opt, step, log)
+    _save_state(out, model, opt, step, log)
+    return step
+
+
+def _load_trained(model: MobileStyleGAN, ckpt: Path) -> MobileStyleGAN:
+    state = load_file(str(ckpt / "train_state.safetensors"))
+    model.synthesis.heads.load_state_dict({k[6:]: v for k, v in state.items() if k.startswith("model.")})
+    return model
+
+
+def _interval(values: np.ndarray) -> list[float]:
+    """Normal-approximation 95% interval of the mean."""
+    half = 1.96 * values.std(ddof=1) / math.sqrt(len(values))
+    return [round(float(values.mean() - half), 2), round(float(values.mean() + half), 2)]
+
+
+@torch.no_grad()
+def evaluate(model: MobileStyleGAN, n: int = 64, psis: tuple[float, ...] = (0.7, 1.0)) -> dict:
+    """PSNR (dB) of each head against the area-downsampled 1024 output on ``n`` held-out seeds."""
+    result: dict = {"seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + n - 1}", "n": n, "heads": {}}
+    for psi in psis:
+        per: dict[int, list[float]] = {s: [] for s in HEAD_SIZES}
+        for i in range(n):
+            z = torch.from_numpy(np.random.default_rng(EVAL_SEED_OFFSET + i).standard_normal((1, 512)).astype(np.float32))
+            w = model.style(z, psi)[:, None].expand(-1, NUM_SLOTS, -1)
+            inputs, targets = render_with_features(model, w)
+            for s in HEAD_SIZES:
+                pred = model.synthesis.heads[str(s)](inputs[s], w[:, TO_IMG_SLOT])
+                per[s].append(10 * math.log10(4 / float(F.mse_loss(pred, targets[s]))))
+        for s in HEAD_SIZES:
+            v = np.array(per[s])
+            result["heads"].setdefault(str(s), {})[f"psi_{psi}"] = {
+                "psnr_mean": round(float(v.mean()), 2),
+                "psnr_95ci": _interval(v),
+                "psnr_min": round(float(v.min()), 2),
+                "share_at_least_32db": round(float((v >= 32).mean()), 3),
+            }
+    return result
+
+
+def export(ckpt: Path, dest: Path | None = None) -> Path:
+    """The trained heads as fp16 safetensors + config.json in ``dest`` (default: the package's heads folder)."""
+    dest = dest or heads_dir()
+    dest.mkdir(parents=True, exist_ok=True)
+    state = load_file(str(ckpt / "train_state.safetensors"))
+    heads = {k[6:]: v.half().contiguous() for k, v in state.items() if k.startswith("model.")}
+    save_file(heads, str(dest / "model.safetensors"), metadata={"format": "pt"})
+    log = json.loads((ckpt / "train_log.json").read_text())
+    config = {
+        "architecture": "MobileStyleGAN ImageHead",
+        "heads": {str(s): {"reads_block": HEAD_BLOCK[s], "output_px": s} for s in HEAD_SIZES},
+        "style_slot": TO_IMG_SLOT,
+        "dtype": "float16",
+        "steps": log["step"],
+        "train_seconds": log["log"][-1]["seconds"] if log["log"] else 0,
+    }
+    (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return dest
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="python -m training.mobilestylegan_heads", description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    d = sub.add_parser("data")
+    d.add_argument("--n", type=int, default=256)
+    d.add_argument("--out", type=Path, required=True)
+    d.add_argument("--seed", type=int, default=0)
+    t = sub.add_parser("train")
+    t.add_argument("--data", type=Path, required=True)
+    t.add_argument("--out", type=Path, required=True)
+    t.add_argument("--steps", type=int, default=6000)
+    t.add_argument("--max-minutes", type=float, default=20.0)
+    t.add_argument("--resume", action="store_true")
+    t.add_argument("--batch", type=int, default=8)
+    e = sub.add_parser("eval")
+    e.add_argument("--ckpt", type=Path, help="a training folder (default: the shipped heads)")
+    e.add_argument("--n", type=int, default=64)
+    e.add_argument("--out", type=Path)
+    x = sub.add_parser("export")
+    x.add_argument("--ckpt", type=Path, required=True)
+    x.add_argument("--dest", type=Path)
+    args = ap.parse_args(argv)
+    torch.set_num_threads(max(1, torch.get_num_threads()))
+    if args.cmd == "data":
+        make_shards(args.out, args.n, args.seed)
+    elif args.cmd == "train":
+        step = train(args.data, args.out, args.steps, args.max_minutes, args.resume, args.batch)
+        print(f"stopped at step {step} of {args.steps}")
+    elif args.cmd == "eval":
+        import copy
+
+        model = load_mobilestylegan()
+        if args.ckpt is not None:
+            model = _load_trained(copy.deepcopy(model), args.ckpt)
+        result = evaluate(model, args.n)
+        text = json.dumps(result, indent=2)
+        print(text)
+        if args.out:
+            args.out.parent.mkdir(parents=True, exist_ok=True)
+            args.out.write_text(text + "\n")
+    elif args.cmd == "export":
+        print(export(args.ckpt, args.dest))
+
+
+if __name__ == "__main__":
+    main()
