@@ -201,3 +201,51 @@ def test_cli_generate_rejects_a_z_of_the_wrong_shape(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "[N,512]" in err[0]
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+# ------------------------------------------------------------------ inversion and `zoo reconstruct`
+@needs_wheel
+def test_refinement_lowers_the_reconstruction_loss(generator):
+    from zoo.inversion import refine_wplus
+
+    with torch.no_grad():
+        target = F.avg_pool2d(generator.synthesis(generator.style(_z(4_000_001), psi=0.8), size=1024), 4)
+    result = refine_wplus(target, steps=8, generator=generator)
+    assert result.wplus.shape == (1, 23, 512) and result.image.shape == (1, 3, 256, 256)
+    assert len(result.losses) == 8
+    assert result.losses[-1] < 0.8 * result.losses[0]
+
+
+@needs_wheel
+def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_rgb):
+    import json
+
+    from PIL import Image
+
+    from zoo.cli import main
+    from zoo.pipeline import detect_faces
+
+    Image.fromarray(astronaut_rgb).save(tmp_path / "astronaut.png")
+    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--steps", "2", "--out", str(tmp_path / "out")]) == 0
+    report = json.loads((tmp_path / "out" / "astronaut__reconstructed.json").read_text())
+    faces = detect_faces(astronaut_rgb)
+    assert len(report["faces"]) == len(faces) >= 1
+    for face in report["faces"]:
+        assert face["status"] == "reconstructed" and face["steps"] == 2 and -1.0 <= face["sface_cosine"] <= 1.0
+    out = np.asarray(Image.open(tmp_path / "out" / "astronaut__reconstructed.png"))
+    x0, y0, x1, y1 = (int(v) for v in faces[0].box)
+    assert np.abs(out[y0:y1, x0:x1].astype(int) - astronaut_rgb[y0:y1, x0:x1]).mean() > 2  # the face was redrawn
+    assert np.array_equal(out[:, :5], astronaut_rgb[:, :5])  # far from the face nothing changes
+
+
+@needs_wheel
+def test_reconstruct_blurs_a_face_it_cannot_align(monkeypatch, astronaut_rgb):
+    from zoo import inversion, pipeline
+
+    face = pipeline.detect_faces(astronaut_rgb)[0]
+    flat = pipeline.DetectedFace(face.box, np.repeat(face.landmarks[:1], 5, axis=0), face.score)  # all five points at one place
+    monkeypatch.setattr(pipeline, "detect_faces", lambda rgb, detector=None: [flat])
+    out, reports = inversion.reconstruct_photo(astronaut_rgb, steps=1)
+    assert reports[0]["status"] == "blurred"
+    x0, y0, x1, y1 = (int(v) for v in face.box)
+    assert np.abs(out[y0:y1, x0:x1].astype(int) - astronaut_rgb[y0:y1, x0:x1]).mean() > 2

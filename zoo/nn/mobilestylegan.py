@@ -75,6 +75,7 @@ TO_IMG_SLOT = NUM_SLOTS - 1
 #: output size -> the block whose features its image head reads (None: the packaged to_img after the last block)
 HEAD_BLOCK = {256: 4, 512: 5, 1024: None}
 SIZES = tuple(sorted(HEAD_BLOCK))
+HEAD_DEPTH = 1  # modulated convs in each image head before its to_img
 RANDOM_FACE = "random-face==2021.7.21.1"
 WEIGHTS_LICENCE = (
     "MobileStyleGAN weights (Belousov 2021), read from the installed random-face wheel (its code is Apache-2.0; the wheel "
@@ -197,20 +198,23 @@ class ImageHead(nn.Module):
     """A 256 or 512 px image head trained here: one modulated depthwise-separable conv (``cin -> hidden``,
     LeakyReLU) then :class:`ToImage`. ``[B,cin,R,R] -> [B,3,2R,2R]``; both take the ``to_img`` slot's style."""
 
-    def __init__(self, cin: int, hidden: int):
+    def __init__(self, cin: int, hidden: int, depth: int = 1):
         super().__init__()
-        self.conv = StyledConv(cin, hidden, None)
+        self.convs = nn.ModuleList(StyledConv(cin if i == 0 else hidden, hidden, None) for i in range(depth))
         self.to_img = ToImage(hidden)
         with torch.no_grad():  # a fresh init (the packaged layers are overwritten by conversion instead)
-            for mod in (self.conv.modulation, self.to_img.modulation):
+            for mod in [c.modulation for c in self.convs] + [self.to_img.modulation]:
                 mod.weight.normal_(0.0, 0.01)
                 mod.bias.fill_(1.0 / float(mod.scale))
-            nn.init.kaiming_normal_(self.conv.weight_dw, a=LEAKY_SLOPE)
-            nn.init.kaiming_normal_(self.conv.weight, a=LEAKY_SLOPE)
+            for conv in self.convs:
+                nn.init.kaiming_normal_(conv.weight_dw, a=LEAKY_SLOPE)
+                nn.init.kaiming_normal_(conv.weight, a=LEAKY_SLOPE)
             self.to_img.weight.normal_(0.0, 0.02)
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        return self.to_img(self.conv(x, style), style)
+        for conv in self.convs:
+            x = conv(x, style)
+        return self.to_img(x, style)
 
 
 class SynthesisBlock(nn.Module):
@@ -229,14 +233,14 @@ class SynthesisBlock(nn.Module):
 class SynthesisNetwork(nn.Module):
     """``W+ [B,23,512]`` (or ``w [B,512]``) -> RGB ``[B,3,size,size]`` for ``size`` in 256, 512, 1024."""
 
-    def __init__(self, channels: tuple[int, ...] = CHANNELS):
+    def __init__(self, channels: tuple[int, ...] = CHANNELS, head_depth: int = HEAD_DEPTH):
         super().__init__()
         self.input = nn.Parameter(torch.zeros(1, channels[0], 4, 4))
         self.conv1 = StyledConv(channels[0], channels[0], 4, depthwise=False)
         self.layers = nn.ModuleList(SynthesisBlock(cin, cout, 8 * 2**k) for k, (cin, cout) in enumerate(zip(channels[:-1], channels[1:])))
         self.to_img = ToImage(channels[-1])
         self.heads = nn.ModuleDict(
-            {str(size): ImageHead(channels[block + 1], channels[block + 1] // 2) for size, block in HEAD_BLOCK.items() if block is not None}
+            {str(size): ImageHead(channels[block + 1], channels[block + 1] // 2, head_depth) for size, block in HEAD_BLOCK.items() if block is not None}
         )
 
     def forward(self, styles: torch.Tensor, size: int = 1024) -> torch.Tensor:
@@ -292,10 +296,10 @@ class MobileStyleGAN(HubModule):
     ``synthesis(styles, size)``: ``[B,512]`` or W+ ``[B,23,512]`` -> the same.
     """
 
-    def __init__(self, style_dim: int = STYLE_DIM):
+    def __init__(self, style_dim: int = STYLE_DIM, head_depth: int = HEAD_DEPTH):
         super().__init__()
         self.mapping = MappingNetwork(style_dim)
-        self.synthesis = SynthesisNetwork()
+        self.synthesis = SynthesisNetwork(head_depth=head_depth)
         self.register_buffer("w_avg", torch.zeros(style_dim))
 
     def style(self, z: torch.Tensor, psi: float = 1.0) -> torch.Tensor:
@@ -479,7 +483,9 @@ def _load_cpu() -> MobileStyleGAN:
     from safetensors.torch import load_file
 
     with torch.inference_mode(False):
-        model = MobileStyleGAN()
+        heads_config = heads_dir() / "config.json"
+        depth = json.loads(heads_config.read_text()).get("depth", HEAD_DEPTH) if heads_config.is_file() else HEAD_DEPTH
+        model = MobileStyleGAN(head_depth=depth)
         state = load_file(str(converted_weights() / CONVERTED_FILE))
         heads = {k: v for k, v in model.state_dict().items() if k.startswith("synthesis.heads.")}
         check_and_load(model, {**state, **heads}, "MobileStyleGAN (converted cache)")
