@@ -185,6 +185,7 @@ def test_catalog_marks_missing_weights_unavailable(app, checkpoints):
     assert "needs_weights" in texts and "zoo-test/never-downloaded" in texts
 
 
+@pytest.mark.slow  # end to end through every method or a subprocess (CI runs it with -m slow)
 def test_anonymize_tab_every_installed_method(app, photo, installed):
     methods = [*installed, "shift", "toy"]
     gallery, table, zip_path, status = _call(app, "/anonymize", handle_file(str(photo)), methods, KEY, "sface")
@@ -270,6 +271,7 @@ def test_recover_from_saved_file(app, photo, tmp_path):
         assert sorted(zf.namelist()) == ["recovered_shift.json", "recovered_shift.png"]
 
 
+@pytest.mark.slow  # end to end through every method or a subprocess (CI runs it with -m slow)
 def test_diversity_tab_one_row_per_method(app, photo, installed):
     methods = [*installed, "shift", "toy"]
     n = 3

@@ -148,6 +148,7 @@ def test_list_and_info(capsys):
     assert "unknown method" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # end to end through every method or a subprocess (CI runs it with -m slow)
 def test_secret_is_stretched_once_per_run_and_keyless_methods_get_no_fingerprint(photos, tmp_path, monkeypatch):
     import hashlib
 
@@ -172,6 +173,7 @@ def test_secret_is_stretched_once_per_run_and_keyless_methods_get_no_fingerprint
     assert by_method["noise"] == by_method["personal"] == {Secret("a long secret").fingerprint}
 
 
+@pytest.mark.slow  # end to end through every method or a subprocess (CI runs it with -m slow)
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
 def test_sigterm_and_ctrl_c_leave_no_temporary_file(photos, tmp_path, signame):
     import signal

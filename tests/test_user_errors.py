@@ -37,6 +37,7 @@ def test_judges_cli_usage_errors_are_one_line(argv, expected, capsys):
     assert line.startswith("error: ") and expected in line, line
 
 
+@pytest.mark.slow  # end to end through every method or a subprocess (CI runs it with -m slow)
 def test_judges_cli_measures_the_rest_when_a_method_fails(capsys):
     """``--methods dbaf,blur`` once ended in a traceback; an unknown method is one line and exit status 1."""
     rc = judges._main(["example:group", "--methods", "dbaf,blur,nosuch", "--judge", "sface"])
