@@ -157,9 +157,9 @@ def test_trained_heads_match_the_downsampled_1024_output(generator):
         for seed in (2_000_001, 2_000_002):
             w = generator.style(_z(seed), psi=0.7)
             full = generator.synthesis(w, size=1024)
-            for size in (256, 512):
+            for size, floor in ((256, 27.0), (512, 30.0)):  # these seeds measure 28.5-28.8 and 31.2-32.8 dB
                 mse = F.mse_loss(generator.synthesis(w, size=size), F.avg_pool2d(full, 1024 // size))
-                assert 10 * math.log10(4 / float(mse)) > 28.0
+                assert 10 * math.log10(4 / float(mse)) > floor
 
 
 def test_missing_wheel_names_the_setup_command(monkeypatch):
