@@ -11,13 +11,12 @@ pixels within 2 levels (goal >= 99.99%). Writes ``benchmarks/results/mobilestyle
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.report import command_line, write_results
 from zoo.imageio import from_tensor
 from zoo.nn.mobilestylegan import load_mobilestylegan, random_face_data_dir
 
@@ -62,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         print(rows[-1], flush=True)
     share = [r["share_within_2_levels"] for r in rows]
     result = {
-        "command": "python -m benchmarks.mobilestylegan_parity " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("benchmarks.mobilestylegan_parity", argv),
         "n": args.n,
         "openvino": ov.__version__,
         "worst_image_max_abs_diff": max(r["image_max_abs_diff"] for r in rows),
@@ -71,15 +70,19 @@ def main(argv: list[str] | None = None) -> int:
         "goal": "<= 2 uint8 levels on >= 99.99% of pixels",
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
-    args.out.with_suffix(".md").write_text(
-        "# MobileStyleGAN port vs the packaged OpenVINO graph\n\n"
-        f"`{result['command'].strip()}` (OpenVINO {result['openvino']}, fp32): {args.n} z's, 1024 px, no truncation.\n\n"
-        f"- largest |difference| of w: {max(r['w_max_abs_diff'] for r in rows):.2e}\n"
-        f"- largest |difference| of the image ([-1,1] units): {result['worst_image_max_abs_diff']:.2e}\n"
-        f"- largest uint8 difference: {result['worst_uint8_level_diff']} level(s); smallest share of pixels within 2 levels: "
-        f"{100 * result['min_share_within_2_levels']:.4f}% (goal >= 99.99%)\n"
+    write_results(
+        args.out,
+        result,
+        [
+            "# MobileStyleGAN port vs the packaged OpenVINO graph",
+            "",
+            f"`{result['command'].strip()}` (OpenVINO {result['openvino']}, fp32): {args.n} z's, 1024 px, no truncation.",
+            "",
+            f"- largest |difference| of w: {max(r['w_max_abs_diff'] for r in rows):.2e}",
+            f"- largest |difference| of the image ([-1,1] units): {result['worst_image_max_abs_diff']:.2e}",
+            f"- largest uint8 difference: {result['worst_uint8_level_diff']} level(s); smallest share of pixels within 2 levels: "
+            f"{100 * result['min_share_within_2_levels']:.4f}% (goal >= 99.99%)",
+        ],
     )
     return 0
 

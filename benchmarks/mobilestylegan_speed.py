@@ -15,8 +15,6 @@ eager ([-1,1] units). Median of ``--repeat`` timed runs after one warm-up; min a
 from __future__ import annotations
 
 import argparse
-import json
-import sys
 import platform
 import statistics
 import time
@@ -25,6 +23,7 @@ from typing import Callable
 
 import torch
 
+from benchmarks.report import command_line, write_results
 from zoo.nn.mobilestylegan import NUM_SLOTS, load_mobilestylegan
 
 OUT = Path(__file__).resolve().parent / "results" / "mobilestylegan_speed_cpu"
@@ -130,15 +129,13 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 print(row, flush=True)
     result = {
-        "command": "python -m benchmarks.mobilestylegan_speed " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command_line("benchmarks.mobilestylegan_speed", argv),
         "machine": f"{platform.processor() or platform.machine()}, torch {torch.__version__}, {args.threads} threads",
         "repeat": args.repeat,
         "columns": "seconds per face [min, median, max] over the timed runs",
         "goals_s_per_face": GOALS,
         "rows": rows,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     lines = [
         "# MobileStyleGAN speed (seconds per face: min / median / max)",
         "",
@@ -155,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         fb = " / ".join(f"{v:.3f}" for v in r.get("forward_backward_s_per_face", [])) or "-"
         lines.append(f"| {r['size']} | {r['batch']} | {r['path']} | {f} | {fb} | {r['max_abs_diff_from_eager']:.1e} |")
     lines += ["", f"Goals (256 px, per face): forward <= {GOALS['forward_256']} s, forward+backward <= {GOALS['forward_backward_256']} s."]
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, result, lines)
     return 0
 
 

@@ -27,7 +27,7 @@ FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_faces.json"
 TRANSFORMS = ("upright", "rot90", "rot180", "rot270", "mirror", "small", "gray")
 
 
-def _package_file(package: str, *parts: str) -> Path | None:
+def package_file(package: str, *parts: str) -> Path | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -43,12 +43,12 @@ def _read(path: Path) -> np.ndarray:
 
 
 def _t1() -> np.ndarray | None:
-    p = _package_file("insightface", "data", "images", "t1.jpg")
+    p = package_file("insightface", "data", "images", "t1.jpg")
     return _read(p) if p else None
 
 
 def _skimage(name: str) -> np.ndarray | None:
-    p = _package_file("skimage", "data", f"{name}.png")
+    p = package_file("skimage", "data", f"{name}.png")
     if p is None:
         return None
     rgb = _read(p)  # camera.png is grayscale: read as three equal channels
@@ -167,7 +167,7 @@ def annotate() -> dict:
     """Face boxes of the packaged photos by dlib's CNN detector (upsampled once)."""
     import dlib
 
-    models = _package_file("face_recognition_models", "models", "mmod_human_face_detector.dat")
+    models = package_file("face_recognition_models", "models", "mmod_human_face_detector.dat")
     cnn = dlib.cnn_face_detection_model_v1(str(models))
     out = {"_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python benchmarks/real_photos.py --annotate"}
     sources = {"t1": ("insightface data/images/t1.jpg", _t1()), "astronaut": ("skimage.data.astronaut", _skimage("astronaut")),

@@ -19,15 +19,13 @@ Rates carry 95% Wilson intervals. Writes ``benchmarks/results/reconstruct_real.{
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import json
-import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
+from benchmarks.real_photos import package_file
+from benchmarks.report import command_line, write_results
 from training.evaluate import wilson_interval
 from zoo.imageio import from_tensor, load_image, to_tensor
 from zoo.inversion import ALIGN_SIZE, refine_wplus
@@ -37,14 +35,6 @@ from zoo.nn.sface import load_sface
 from zoo.pipeline import align_face, detect_faces, face_mask
 
 OUT = Path(__file__).resolve().parent / "results" / "reconstruct_real"
-
-
-def _package_file(package: str, *parts: str) -> Path | None:
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    p = Path(list(spec.submodule_search_locations)[0], *parts)
-    return p if p.is_file() else None
 
 
 PHOTOS = {
@@ -73,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     mask = face_mask(ALIGN_SIZE) > 0.5
     faces = []  # (photo, split, index, aligned crop uint8)
     for name, (split, parts) in PHOTOS.items():
-        path = _package_file(*parts)
+        path = package_file(*parts)
         if path is None:
             print(f"skipped {name}: {parts[0]} not installed")
             continue
@@ -120,9 +110,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sface_cosine_median": round(float(np.median([x["sface_cosine"] for x in per])), 3),
                 "seconds_per_face_median": round(float(np.median([x["seconds"] for x in per])), 1),
             }
-    result = {"command": "python -m benchmarks.reconstruct_real " + " ".join(sys.argv[1:] if argv is None else argv), "threads": args.threads, "summary": summary, "rows": rows}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    result = {"command": command_line("benchmarks.reconstruct_real", argv), "threads": args.threads, "summary": summary, "rows": rows}
     lines = [
         "# Real faces redrawn by the FFHQ-grade generator (W+ refinement from w_avg, 256 px)",
         "",
@@ -138,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {split} | {s} | {sp['k']}/{sp['n']} [{sp['95ci'][0]:.2f}, {sp['95ci'][1]:.2f}] | {nn['k']}/{nn['n']} [{nn['95ci'][0]:.2f}, {nn['95ci'][1]:.2f}] "
                 f"| {r['psnr_face_db_median']:.1f} | {r['sface_cosine_median']:.3f} | {r['seconds_per_face_median']:.1f} |"
             )
-    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+    write_results(args.out, result, lines)
     return 0
 
 

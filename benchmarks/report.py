@@ -1,0 +1,19 @@
+"""Writing a benchmark's results: ``<out>.json`` (the numbers) and ``<out>.md`` (the table people read)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+def command_line(module: str, argv: list[str] | None) -> str:
+    """The command that reproduces a run: ``python -m <module> <args>`` (``argv`` None: this process's own)."""
+    return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+
+
+def write_results(out: Path, result: dict, markdown_lines: list[str]) -> None:
+    """``out.json`` from ``result`` and ``out.md`` from ``markdown_lines``, folders made as needed."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
+    out.with_suffix(".md").write_text("\n".join(markdown_lines) + "\n")
