@@ -456,9 +456,10 @@ def converted_weights(data_dir: Path | None = None) -> Path:
         "slot_names": list(SLOT_NAMES),
         "licence": WEIGHTS_LICENCE,
     }
-    (out / ".config.json.tmp").write_text(json.dumps(config, indent=2))
+    tmp_config = out / f".config.json.{os.getpid()}.tmp"
+    tmp_config.write_text(json.dumps(config, indent=2))
     os.replace(tmp, out / CONVERTED_FILE)
-    os.replace(out / ".config.json.tmp", out / "config.json")
+    os.replace(tmp_config, out / "config.json")
     return out
 
 
