@@ -113,8 +113,9 @@ def _draw_size(matrix: np.ndarray) -> int:
     """The generator output size to draw a face at: the smallest of 256/512/1024 not below the crop's side in
     photo pixels (the 256 px crop's matrix scales photo -> crop)."""
     from .nn.mobilestylegan import SIZES
+    from .pipeline import crop_scale
 
-    side = ALIGN_SIZE / float(np.sqrt(abs(np.linalg.det(np.asarray(matrix)[:, :2]))))
+    side = ALIGN_SIZE / crop_scale(matrix)
     return next((s for s in SIZES if s >= side), SIZES[-1])
 
 
@@ -140,12 +141,11 @@ def reconstruct_photo(
     out = np.array(rgb, dtype=np.uint8, copy=True)
     faces = detect_faces(out, detector)
     reports: list[dict[str, Any]] = []
-    aligned, kept = [], []
+    aligned = []  # (face index, AlignedFace)
     for i, face in enumerate(faces):
         report: dict[str, Any] = {"face": i, "box": [round(float(v), 1) for v in face.box], "score": round(face.score, 3)}
         try:
-            aligned.append(align_face(rgb, face.landmarks, ALIGN_SIZE))
-            kept.append(i)
+            aligned.append((i, align_face(rgb, face.landmarks, ALIGN_SIZE)))
             report["status"] = "reconstructed"
         except ValueError as err:  # degenerate landmarks: fail closed
             out = blur_face(out, face)
@@ -154,7 +154,7 @@ def reconstruct_photo(
     if not aligned:
         return out, reports
     sface = load_sface()
-    for i, a in zip(kept, aligned):
+    for i, a in aligned:
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop)
         result = refine_wplus(target, steps, generator=g, identity_weight=identity_weight)

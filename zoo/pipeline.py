@@ -40,6 +40,7 @@ import cv2
 import numpy as np
 
 __all__ = [
+    "crop_scale",
     "DetectedFace",
     "AlignedFace",
     "FFHQ_TEMPLATE_512",
@@ -751,7 +752,8 @@ def alignment_matrix(landmarks5: np.ndarray, size: int, mode: str = "ffhq") -> n
     return np.hstack([rot, t[:, None]])
 
 
-def _scale_of(matrix: np.ndarray) -> float:
+def crop_scale(matrix: np.ndarray) -> float:
+    """Crop pixels per photo pixel of a 2x3 image -> crop affine (its similarity scale)."""
     return float(np.sqrt(abs(np.linalg.det(np.asarray(matrix)[:, :2]))))
 
 
@@ -768,7 +770,7 @@ def align_face(rgb: np.ndarray, landmarks5: np.ndarray, size: int, mode: str = "
     x0, y0 = np.floor(corners.min(0)).astype(int) - 2
     x1, y1 = np.ceil(corners.max(0)).astype(int) + 2
     src, m_src = rgb, m
-    k = _scale_of(m)
+    k = crop_scale(m)
     if k < 0.5 and x1 > 0 and y1 > 0 and x0 < w and y0 < h:
         # pre-shrink the region the crop sees by an integer factor with an area filter
         x0c, y0c, x1c, y1c = max(x0, 0), max(y0, 0), min(x1, w), min(y1, h)
@@ -852,7 +854,7 @@ def paste_back(
     if x1 <= x0 or y1 <= y0:
         return out
     src, m_src = crop, np.asarray(matrix, dtype=np.float64)
-    k = _scale_of(m_src)
+    k = crop_scale(m_src)
     if k > 2.0:  # the face is much smaller than the crop: shrink the crop first (area filter)
         f = int(np.floor(k))
         small = max(1, size // f)

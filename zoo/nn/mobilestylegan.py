@@ -244,17 +244,14 @@ class SynthesisNetwork(nn.Module):
         )
 
     def forward(self, styles: torch.Tensor, size: int = 1024) -> torch.Tensor:
-        return self.render(styles, size)[0]
-
-    def render(self, styles: torch.Tensor, size: int = 1024) -> tuple[torch.Tensor, torch.Tensor]:
-        """(image, the features its head read) for ``styles`` ``[B,23,D]`` or ``[B,D]``."""
+        """RGB ``[B,3,size,size]`` for ``styles`` ``[B,23,D]`` or ``[B,D]``."""
         styles = as_wplus(styles)
         if size not in HEAD_BLOCK:
             raise ValueError(f"size must be one of {SIZES}, got {size}")
         last = NUM_BLOCKS - 1 if HEAD_BLOCK[size] is None else HEAD_BLOCK[size]
         x = self.block_features(styles, last)[-1]
         head = self.to_img if HEAD_BLOCK[size] is None else self.heads[str(size)]
-        return head(x, styles[:, TO_IMG_SLOT]), x
+        return head(x, styles[:, TO_IMG_SLOT])
 
     def block_features(self, styles: torch.Tensor, last: int = NUM_BLOCKS - 1) -> list[torch.Tensor]:
         """The outputs of blocks ``0..last`` for W+ ``styles [B,23,D]`` (block k: ``[B,C_k,8*2^k,8*2^k]``)."""
@@ -520,17 +517,22 @@ def generator_info() -> dict[str, Any]:
 
 
 def load_mobilestylegan(device: str | torch.device = "cpu") -> MobileStyleGAN:
-    """The frozen generator (eval, no grad on weights; gradients flow to styles), one shared copy on CPU.
+    """The frozen generator (eval, no grad on weights; gradients flow to styles), one shared copy per device.
 
     First use converts the random-face wheel's files into the cache (a few seconds); later uses read the
     safetensors. ``model.heads_trained`` says whether the 256/512 px heads were found.
     """
     device = torch.device(device)
-    model = _load_cpu()
-    if device.type == "cpu":
-        return model
+    return _load_cpu() if device.type == "cpu" else _load_on(device)
+
+
+@lru_cache(maxsize=4)
+def _load_on(device: torch.device) -> MobileStyleGAN:
+    """One shared copy per accelerator (as :func:`zoo.nn.sface.load_sface` keeps one), not a copy per call."""
     import copy
 
-    moved = copy.deepcopy(model).to(device)
+    model = _load_cpu()
+    with torch.inference_mode(False):
+        moved = copy.deepcopy(model).to(device)
     moved.heads_trained = model.heads_trained
     return moved
