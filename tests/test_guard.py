@@ -1,4 +1,4 @@
-"""The privacy guard (zoo.guard): every anonymized face is checked by SFace before it leaves the tool."""
+"""The privacy guard (zoo.guard): every anonymized face is checked by SFace and FaceRes before it leaves the tool."""
 
 import io
 
@@ -50,7 +50,8 @@ def test_a_face_left_recognizable_is_blurred_and_reported(astronaut):
     off = m.anonymize(astronaut, privacy_guard=False)
     assert off.faces[0].status == "processed" and off.faces[0].guard is None
     assert np.abs(np.asarray(off).astype(int) - astronaut).mean() < 0.5 < np.abs(arr.astype(int) - astronaut).mean()
-    assert out.report()["faces"][0]["guard"]["judge"] == "sface"
+    assert out.report()["faces"][0]["guard"]["judges"] == ["sface", "faceres"]
+    assert face.guard["faceres_distance"] < 1 - get_judge("faceres").threshold  # FaceRes: the same person too
 
 
 def test_aligned_crops_are_guarded_too(astronaut):
@@ -157,6 +158,70 @@ def test_guard_ranks_variants_by_the_nearer_of_face_and_wrong_key_recovery():
     assert GuardCheck(0.9).score == 0.9 and "wrong_key_distance" not in GuardCheck(0.9).as_dict()
 
 
+def test_guard_needs_both_recognizers_far():
+    from zoo.guard import GuardCheck, guard_for
+
+    g = guard_for()
+    far = GuardCheck(0.95, faceres_distance=0.6)
+    faceres_knows_it = GuardCheck(0.95, faceres_distance=g.faceres_floor - 0.01)
+    faceres_leaky_key = GuardCheck(0.95, faceres_distance=0.6, wrong_key_distance=0.95, wrong_key_faceres_distance=g.faceres_floor - 0.01)
+    assert far.passes(g) and not far.recognized(g)
+    assert not faceres_knows_it.passes(g) and faceres_knows_it.recognized(g)  # SFace fooled, FaceRes not: blurred
+    assert not faceres_leaky_key.passes(g) and not faceres_leaky_key.recognized(g)  # re-keyed, not blurred
+    assert far.rank(g) > faceres_leaky_key.rank(g) > faceres_knows_it.rank(g)
+
+
+class _FooledSFace:
+    """An SFace stand-in that every output fools (each face gets a fresh random embedding)."""
+
+    def __init__(self, real):
+        self.real, self.rng = real, np.random.default_rng(0)
+        self.dim, self.distance = real.dim, real.distance
+
+    def embed_photo_faces(self, rgb, faces):
+        return self.rng.standard_normal((len(faces), self.dim))
+
+    def embed_aligned(self, crops):
+        return self.rng.standard_normal((len(crops), self.dim))
+
+
+def test_a_face_only_the_second_recognizer_knows_is_blurred(astronaut, monkeypatch):
+    """Identical face, SFace fooled: FaceRes alone still rejects it, and the face is blurred."""
+    from zoo.guard import guard_for
+
+    g = guard_for()
+    monkeypatch.setattr(g, "judge", _FooledSFace(g.judge))
+    (face,) = _Unchanged().anonymize(astronaut).faces
+    assert face.guard["faceres_distance"] < g.faceres_floor
+    assert face.status == "guard_blur" and face.guard["blurred"] is True
+
+
+class _OtherPerson(DeidMethod):
+    """Replaces every face with the same unrelated generated face (FFHQ-aligned)."""
+
+    name = "other-person-test"
+    uses_key = False
+    guard_by_default = True
+
+    def anonymize_faces(self, x, keys, **controls):
+        from zoo.nn.mobilestylegan import load_mobilestylegan
+
+        g = load_mobilestylegan()
+        with torch.no_grad():
+            z = torch.from_numpy(np.random.default_rng(11).standard_normal((1, 512)).astype(np.float32))
+            face = g.synthesis(g.truncate(g.mapping(z), 0.7), size=256).clamp(-1, 1)
+        return torch.nn.functional.interpolate(face, size=x.shape[-2:], mode="area" if x.shape[-1] < 256 else "bilinear").expand(len(x), -1, -1, -1).to(x)
+
+
+def test_an_unrelated_face_is_accepted(astronaut):
+    from zoo.guard import guard_for
+
+    g = guard_for()
+    (face,) = _OtherPerson().anonymize(astronaut).faces
+    assert face.status == "processed" and face.guard["blurred"] is False
+    assert face.guard["distance"] >= g.floor and face.guard["faceres_distance"] >= g.faceres_floor
+
+
 def test_guard_catches_a_wrong_key_that_gives_the_face_back(astronaut):
     from zoo.guard import guard_for
 
@@ -204,7 +269,7 @@ def test_cli_guard_option(tmp_path):
     assert main(["anonymize", "example:astronaut", "-m", "personal", "--key", "042917", "--out", str(tmp_path / "off"), "-q", "-c", "refine_steps=0", "--privacy-guard", "off"]) == 0
     (on,) = (tmp_path / "on").glob("*.json")
     (off,) = (tmp_path / "off").glob("*.json")
-    assert json.loads(on.read_text())["faces"][0]["guard"]["judge"] == "sface"
+    assert json.loads(on.read_text())["faces"][0]["guard"]["judges"] == ["sface", "faceres"]
     assert json.loads(off.read_text())["faces"][0]["guard"] is None
     assert main(["anonymize", "example:astronaut", "-m", "personal", "--out", str(tmp_path / "bad"), "-q", "--privacy-guard", "maybe"]) == 2
 

@@ -10,7 +10,12 @@ dlib      dlib ResNet, 128-d (``face-recognition-        euclidean   distance < 
           models-ng``, run by ``dlib-bin``)
 arcface   insightface buffalo_l ``w600k_r50.onnx``       cosine      cosine >= 0.28
           (only when already on disk; never downloaded)
+faceres   HSE FaceRes, 1024-d (npm ``@vladmandic/human-  cosine      cosine >= FACERES_THRESHOLD
+          models``, fetched by setup; ``zoo.nn.faceres``)             (calibrated here, see below)
 ========  =============================================  ==========  ===========================
+
+SFace and FaceRes are the privacy guard's two recognizers (no method trains with FaceRes; the demo checkpoints
+train with SFace). dlib is the judge of every published number and is never used by the guard or any setting.
 
 Common interface::
 
@@ -36,7 +41,7 @@ import numpy as np
 
 from .pipeline import DetectedFace, _package_dir, ffhq_template, insightface_model_path
 
-__all__ = ["Judge", "SFaceJudge", "DlibJudge", "ArcFaceJudge", "get_judge", "available_judges", "embed_at_original_places", "measure"]
+__all__ = ["Judge", "SFaceJudge", "DlibJudge", "ArcFaceJudge", "FaceResJudge", "FACERES_THRESHOLD", "get_judge", "available_judges", "embed_at_original_places", "measure"]
 
 # insightface's ArcFace 112 px template (arcface_dst), landmark order as in zoo.pipeline
 ARCFACE_TEMPLATE_112 = np.array(
@@ -236,13 +241,68 @@ class ArcFaceJudge(Judge):
         return self._run(crop, ffhq_template(crop.shape[0]))
 
 
-_JUDGES = {"sface": SFaceJudge, "dlib": DlibJudge, "arcface": ArcFaceJudge}
+#: FaceRes cosine at which two faces count as the same person: the similarity that 1% of different-person pairs
+#: reach (false-match rate 0.01) over the calibration set of ``benchmarks/faceres_calibration.py``
+FACERES_THRESHOLD = 0.6826
+
+
+class FaceResJudge(Judge):
+    """HSE FaceRes (:mod:`zoo.nn.faceres`): the face boxed as ``human`` boxes it, 224 px, 1024-d descriptor, cosine.
+
+    Threshold :data:`FACERES_THRESHOLD` (cosine), calibrated here at a false-match rate of 1%; the package
+    publishes none for this metric."""
+
+    name, metric, threshold, dim = "faceres", "cosine", FACERES_THRESHOLD, 1024
+    #: frames of the guard's batch go through the network together
+    batch = 16
+
+    def __init__(self) -> None:
+        super().__init__()
+        from .nn.faceres import load_faceres
+
+        self._net = load_faceres()
+
+    def _descriptors(self, boxes_192: list[np.ndarray]) -> np.ndarray:
+        import torch
+
+        from .nn.faceres import faceres_crops
+
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(boxes_192), self.batch):
+                out.append(self._net(faceres_crops(np.stack(boxes_192[i : i + self.batch]))).double().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim))
+
+    def embed_photo_faces(self, rgb: np.ndarray, faces: Sequence[DetectedFace]) -> np.ndarray:
+        from .nn.faceres import MESH_SIZE, faceres_crop_matrix
+        from .pipeline import alignment_matrix, warp_region
+
+        rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+        boxes = [warp_region(rgb, faceres_crop_matrix(alignment_matrix(f.landmarks, 256), 256), (MESH_SIZE, MESH_SIZE)) for f in faces]
+        with self._lock:
+            return self._descriptors(boxes)
+
+    def embed_aligned(self, crops: np.ndarray) -> np.ndarray:
+        from .nn.faceres import MESH_SIZE, faceres_crop_matrix
+        from .pipeline import warp_region
+
+        crops = np.asarray(crops, dtype=np.uint8)
+        if crops.ndim == 3:
+            crops = crops[None]
+        m = faceres_crop_matrix(np.eye(3)[:2], crops.shape[1])
+        boxes = [warp_region(np.ascontiguousarray(c), m, (MESH_SIZE, MESH_SIZE)) for c in crops]
+        with self._lock:
+            return self._descriptors(boxes)
+
+
+_JUDGES = {"sface": SFaceJudge, "dlib": DlibJudge, "arcface": ArcFaceJudge, "faceres": FaceResJudge}
 _INSTANCES: dict[str, Judge] = {}
 _GLOBAL_LOCK = threading.Lock()
 
 
 def get_judge(name: str) -> Judge:
-    """A shared judge instance by name: ``"sface"``, ``"dlib"`` or ``"arcface"`` (if its model is on disk)."""
+    """A shared judge instance by name: ``"sface"``, ``"dlib"``, ``"faceres"`` or ``"arcface"`` (if its model is on
+    disk)."""
     key = name.strip().lower()
     if key not in _JUDGES:
         raise ValueError(f"unknown judge {name!r}; choose from {', '.join(_JUDGES)}")

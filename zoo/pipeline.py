@@ -48,6 +48,7 @@ __all__ = [
     "detect_faces",
     "available_detectors",
     "align_face",
+    "warp_region",
     "paste_back",
     "face_mask",
     "blur_face",
@@ -757,16 +758,14 @@ def crop_scale(matrix: np.ndarray) -> float:
     return float(np.sqrt(abs(np.linalg.det(np.asarray(matrix)[:, :2]))))
 
 
-def align_face(rgb: np.ndarray, landmarks5: np.ndarray, size: int, mode: str = "ffhq") -> AlignedFace:
-    """Warp the face with ``landmarks5`` to an FFHQ-style ``size`` x ``size`` uint8 crop.
-
-    Areas outside the photo are filled by reflection (as the FFHQ script pads). When the face is
-    shrunk by more than 2x the photo region is first reduced with an area filter (no aliasing).
-    """
-    m = alignment_matrix(landmarks5, size, mode)
+def warp_region(rgb: np.ndarray, m: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    """uint8 ``[h, w, 3]`` crop (``size`` = (w, h)) of ``rgb`` through the 2x3 image -> crop affine ``m``, bilinear,
+    borders reflected. When ``m`` shrinks by more than 2x, the region the crop sees is first reduced by an integer
+    factor with an area filter (no aliasing)."""
+    out_w, out_h = size
     inv = cv2.invertAffineTransform(m)
     h, w = rgb.shape[:2]
-    corners = np.array([[0, 0, 1], [size, 0, 1], [0, size, 1], [size, size, 1]], dtype=np.float64) @ inv.T
+    corners = np.array([[0, 0, 1], [out_w, 0, 1], [0, out_h, 1], [out_w, out_h, 1]], dtype=np.float64) @ inv.T
     x0, y0 = np.floor(corners.min(0)).astype(int) - 2
     x1, y1 = np.ceil(corners.max(0)).astype(int) + 2
     src, m_src = rgb, m
@@ -782,7 +781,17 @@ def align_face(rgb: np.ndarray, landmarks5: np.ndarray, size: int, mode: str = "
         # small pixel p' <- image pixel p: p = (p' + 0.5) * s - 0.5 + offset
         to_img = np.array([[sx, 0, 0.5 * sx - 0.5 + x0c], [0, sy, 0.5 * sy - 0.5 + y0c], [0, 0, 1]])
         m_src = (np.vstack([m, [0, 0, 1]]) @ to_img)[:2]
-    crop = cv2.warpAffine(src, m_src, (size, size), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101)
+    return cv2.warpAffine(src, m_src, (out_w, out_h), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101)
+
+
+def align_face(rgb: np.ndarray, landmarks5: np.ndarray, size: int, mode: str = "ffhq") -> AlignedFace:
+    """Warp the face with ``landmarks5`` to an FFHQ-style ``size`` x ``size`` uint8 crop.
+
+    Areas outside the photo are filled by reflection (as the FFHQ script pads). When the face is
+    shrunk by more than 2x the photo region is first reduced with an area filter (no aliasing).
+    """
+    m = alignment_matrix(landmarks5, size, mode)
+    crop = warp_region(rgb, m, (size, size))
     lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
     return AlignedFace(crop, m, lm @ m[:, :2].T + m[:, 2])
 

@@ -16,7 +16,8 @@ Command line::
     python -m zoo.convert <kind> <original file> <out folder>
 
 ONNX files give their initializers (read with the ``onnx`` package); OpenVINO IR (an ``.xml`` or a folder of them) gives
-``{graph name: IRGraph}`` from our own reader (:mod:`zoo.convert.openvino_ir`). Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
+``{graph name: IRGraph}`` from our own reader (:mod:`zoo.convert.openvino_ir`); a TensorFlow.js graph model (``.json``
+beside its ``.bin`` shards) gives ``{graph name: TFJSGraph}`` (:mod:`zoo.convert.tfjs_graph`). Original ``.pt/.pth`` files are read with ``torch.load(weights_only=True)``: the restricted
 unpickler that only rebuilds tensors and plain containers, never arbitrary objects. ``.safetensors``
 inputs are read with safetensors.
 """
@@ -51,6 +52,7 @@ CONVERTER_MODULES = [
     "zoo.nn.sface",
     "zoo.nn.dcgan",
     "zoo.nn.mobilestylegan",
+    "zoo.nn.faceres",
 ]
 
 
@@ -106,6 +108,11 @@ def load_original(path: str | Path) -> dict[str, Any]:
 
         files = [path] if path.suffix == ".xml" else sorted(path.glob("*.xml"))
         return {f.stem: read_ir(f) for f in files}
+    if path.suffix == ".json":
+        # TensorFlow.js graph model: {graph name: TFJSGraph} from our own reader (zoo.convert.tfjs_graph)
+        from .tfjs_graph import read_tfjs_graph
+
+        return {path.stem: read_tfjs_graph(path)}
     if path.suffix == ".onnx":
         # ONNX graphs: their initializers (weights, scales, shapes), read by the ``onnx`` package's protobuf
         # parser; the graph itself is never run here.

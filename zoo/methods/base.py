@@ -85,7 +85,7 @@ class FaceRecord:
     error: str | None = None
     key_fingerprint: str | None = None
     latent_carried: bool | None = None  # demo tier: the anonymized code rode in the image (zoo.carrier)
-    guard: dict | None = None  # privacy guard (zoo.guard): SFace distance, key variant kept, blurred or not
+    guard: dict | None = None  # privacy guard (zoo.guard): SFace and FaceRes distances, key variant kept, blurred or not
     action: str | None = None  # what was done to the face in photo pixels (methods with anonymize_in_photo)
 
 
@@ -379,8 +379,8 @@ class DeidMethod:
         return guard_for(None if option is True else float(option))
 
     def _guard_crops(self, guard, crops, key_indices, secret, controls, outs, latents):
-        """The privacy guard on aligned crops (``aligned=True``): :meth:`_guard_loop` with the SFace
-        distance between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
+        """The privacy guard on aligned crops (``aligned=True``): :meth:`_guard_loop` with the SFace and FaceRes
+        distances between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
         live = [i for i in range(len(outs)) if outs[i] is not None]
         originals = dict(zip(live, guard.crop_embeddings(crops[live]))) if live else {}
 
@@ -388,18 +388,18 @@ class DeidMethod:
             if not which:
                 return {}
             d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
-            return {i: float(x) for i, x in zip(which, d)}
+            return {i: (float(x[0]), float(x[1])) for i, x in zip(which, d)}
 
         return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, None, distances, originals)
 
     def _guard_loop(self, guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances, crop_originals=None):
         """The privacy guard's rule (:mod:`zoo.guard`), whatever the distance is taken on: faces whose
-        ``distances(candidate_outs, face_ids) -> {id: SFace distance}`` is below ``guard.target`` are
+        ``distances(candidate_outs, face_ids) -> {id: (SFace, FaceRes distance)}`` do not pass (:meth:`GuardCheck.passes`) are
         anonymized again with key variants 1..``n_variants`` (default :attr:`guard_variants`), the first
-        to pass kept, else the best; a face whose kept output is still below ``guard.floor`` is marked
+        to pass kept, else the best; a face whose kept output either recognizer still matches is marked
         to be blurred. With :attr:`guard_wrong_key_check`, candidates are also recovered with a stand-in
         wrong key (:meth:`_wrong_key_probe`), and a candidate passes only if both are far (:meth:`GuardCheck.rank`).
-        ``crop_originals``: {id: SFace embedding of the aligned input crop} where the caller has them already.
+        ``crop_originals``: {id: guard embedding of the aligned input crop} where the caller has them already.
         Returns (outs, latents, variants, checks)."""
         from ..guard import GuardCheck
 
@@ -410,7 +410,8 @@ class DeidMethod:
         def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
             dist = distances(candidate, which)
             wrong = probe(candidate, candidate_latents, list(dist), number) if probe is not None else {}
-            return {i: GuardCheck(d, variant=number, wrong_key_distance=wrong.get(i)) for i, d in dist.items()}
+            return {i: GuardCheck(d[0], d[1], variant=number, wrong_key_distance=wrong[i][0] if i in wrong else None,
+                                  wrong_key_faceres_distance=wrong[i][1] if i in wrong else None) for i, d in dist.items()}
 
         live = [i for i in range(len(outs)) if outs[i] is not None]
         got = checked(outs, latents, live, 0)
@@ -434,14 +435,14 @@ class DeidMethod:
                 checks[i].tried = tried
             failing = [i for i in failing if not checks[i].passes(guard)]
         for i in live:
-            checks[i].blurred = checks[i].distance < guard.floor
+            checks[i].blurred = checks[i].recognized(guard)
         return outs, latents, variants, checks
 
     def _wrong_key_probe(self, guard, crops, key_indices, secret, controls, originals=None):
         """For a reversible keyed method, ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id:
-        SFace distance}``: each candidate is recovered with a stand-in wrong key (:meth:`KeyMaterial.wrong_key`,
+        (SFace, FaceRes) distance}``: each candidate is recovered with a stand-in wrong key (:meth:`KeyMaterial.wrong_key`,
         key variant ``variant`` as a recovery of that face would use) and compared with the aligned input
-        crop (``originals``: {id: its SFace embedding} where known, else computed once). The recovery is only
+        crop (``originals``: {id: its guard embedding} where known, else computed once). The recovery is only
         measured, never returned. None unless :attr:`guard_wrong_key_check`.
 
         Why: what a wrong key returns can keep what the guard's choice of key variant removed from the
@@ -468,7 +469,7 @@ class DeidMethod:
             if not done:
                 return {}
             d = guard.distances(np.stack([originals[i] for i, _ in done]), guard.crop_embeddings(np.stack([r for _, r in done])))
-            return {i: float(x) for (i, _), x in zip(done, d)}
+            return {i: (float(x[0]), float(x[1])) for (i, _), x in zip(done, d)}
 
         return probe
 
@@ -602,7 +603,7 @@ class DeidMethod:
         return outs, errors, latents, variants
 
     def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
-        """The privacy guard over the faces of frames: :meth:`_guard_loop` with the SFace distance of each
+        """The privacy guard over the faces of frames: :meth:`_guard_loop` with the two recognizers' distances of each
         output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
         alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
         by_frame: dict[int, list[int]] = {}
@@ -619,7 +620,7 @@ class DeidMethod:
                 canvas = _compose(place[ids[0]][0], [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids])
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
-                got.update({i: float(x) for i, x in zip(wanted, d)})
+                got.update({i: (float(x[0]), float(x[1])) for i, x in zip(wanted, d)})
             return got
 
         return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances)

