@@ -83,8 +83,10 @@ MAX_UPLOAD = os.environ.get("ZOO_MAX_UPLOAD", "20mb")
 CONCURRENCY = int(os.environ.get("ZOO_CONCURRENCY", 2))
 QUEUE_SIZE = int(os.environ.get("ZOO_QUEUE_SIZE", 32))
 MAX_KEYS = 8
-JUDGES = ("dlib", "sface")  # dlib first: no method trains with it; SFace is the demo checkpoints' training encoder
-JUDGE_LABELS = {"dlib": "dlib (independent)", "sface": "SFace (used in training)"}
+#: dlib first: no method trains with it and no setting uses it; FaceRes: no method trains with it, the privacy guard's
+#: second recognizer; SFace: the demo checkpoints' training encoder and the guard's first recognizer
+JUDGES = ("dlib", "faceres", "sface")
+JUDGE_LABELS = {"dlib": "dlib (independent)", "faceres": "FaceRes (independent, privacy guard)", "sface": "SFace (used in training, privacy guard)"}
 RUN_KEEP_SECONDS = 3600.0  # request folders left behind (direct calls, crashes) are swept after this
 CACHE_SECONDS = int(os.environ.get("ZOO_CACHE_SECONDS", 900))  # uploads and served results live this long
 _EXAMPLES = "examples"  # the app folder's subfolder for generated example photos (never swept)

