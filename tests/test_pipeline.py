@@ -424,7 +424,7 @@ def _fixture():
     return real_photos
 
 
-@pytest.mark.parametrize("how", ["upright", "rot90", "rot180", "mirror", "gray"])
+@pytest.mark.parametrize("how", ["upright", "rot90", "rot180", "rot270", "mirror", "gray"])
 def test_recall_on_the_real_photo_fixture(how):
     """Every known face (dlib CNN annotation, benchmarks/fixtures/real_faces.json) of t1, astronaut and
     camera is found, however the photo was turned, mirrored or coloured; and only those."""

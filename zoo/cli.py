@@ -515,7 +515,7 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1); lower finds more faces (default: the detector's own, YuNet 0.6)")
         s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control, e.g. strength=0.8 (repeatable)")
         if op == "anonymize":
-            s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85); a face still recognised is re-keyed, then blurred")
+            s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred")
         s.add_argument("--device", help="torch device (default: cuda when available)")
         s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")
         s.add_argument("--revision", help="Hub revision of the method's weights")
@@ -536,7 +536,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shard-size", type=int, default=256, help="rows per resumable shard (default 256)")
     s.add_argument("--push-to-hub", metavar="REPO_ID", help="also push the result to this Hub dataset repo (private)")
     s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1)")
-    s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85); a face still recognised is re-keyed, then blurred")
+    s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred")
     s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control (repeatable)")
     s.add_argument("--device", help="torch device (default: the process's accelerate device)")
     s.add_argument("--local-dir", help="load the method's weights from this folder")
