@@ -1,12 +1,13 @@
 """How well the FFHQ-grade generator redraws real faces: W+ refinement (zoo.inversion) against steps, judged by dlib.
 
-    python -m benchmarks.reconstruct_real --steps 25,50,100,200
+    python -m benchmarks.reconstruct_real --steps 25,50,100,200 [--start encoder|w_avg]
 
 Real photos that packages ship, split before measuring: ``tuning`` = insightface's t1.jpg (6 faces; the only
 photo any default was looked at on), ``held-out`` = scikit-image's astronaut and camera, matplotlib's grace_hopper,
-insightface's Tom_Hanks_54745 (one face each). Every face is FFHQ-aligned at 256 px and refined from w_avg
-(``zoo.inversion.refine_wplus``, one face at a time); at each step count in ``--steps`` the 256 px image is compared
-with the aligned original:
+insightface's Tom_Hanks_54745 (one face each). Every face is FFHQ-aligned at 256 px and refined (``zoo.inversion.
+refine_wplus``, one face at a time) from ``--start``: the W+ encoder's estimate (``zoo.inversion.encode_wplus``) or
+w_avg; at each step count in ``--steps`` (0 = the start itself) the 256 px image is compared with the aligned
+original:
 
 * dlib (the judge: no setting here uses it) same person at 0.6, and whether the original is the nearest of all
   originals of both sets to the reconstruction (rank-1);
@@ -19,6 +20,7 @@ Rates carry 95% Wilson intervals. Writes ``benchmarks/results/reconstruct_real.{
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import numpy as np
@@ -28,7 +30,7 @@ from benchmarks.real_photos import package_file
 from benchmarks.report import command_line, write_results
 from training.evaluate import wilson_interval
 from zoo.imageio import from_tensor, load_image, to_tensor
-from zoo.inversion import ALIGN_SIZE, refine_wplus
+from zoo.inversion import ALIGN_SIZE, encode_wplus, refine_wplus
 from zoo.judges import get_judge
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.sface import load_sface
@@ -54,6 +56,7 @@ def _rate(k: int, n: int) -> dict:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", default="25,50,100,200")
+    p.add_argument("--start", choices=("encoder", "w_avg"), default="w_avg", help="where refinement starts")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
@@ -75,7 +78,16 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for (name, split, i, crop), d0 in zip(faces, orig_dlib):
         target = to_tensor(crop)
-        snaps = refine_wplus(target, max(checkpoints), generator=g, snapshots=tuple(checkpoints)).snapshots
+        t0 = time.perf_counter()
+        start = encode_wplus(target) if args.start == "encoder" else None
+        if args.start == "encoder" and start is None:
+            raise SystemExit("no W+ encoder ships (zoo/weights/wplus_encoder); use --start w_avg")
+        t_start = time.perf_counter() - t0
+        snaps = refine_wplus(target, max(checkpoints), generator=g, start=start, snapshots=tuple(s for s in checkpoints if s > 0)).snapshots
+        snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
+        if 0 in checkpoints:
+            with torch.no_grad():
+                snaps[0] = (g.synthesis(start if start is not None else g.mean_wplus(1), ALIGN_SIZE), t_start)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
             image, seconds = snaps[s]
@@ -110,9 +122,9 @@ def main(argv: list[str] | None = None) -> int:
                 "sface_cosine_median": round(float(np.median([x["sface_cosine"] for x in per])), 3),
                 "seconds_per_face_median": round(float(np.median([x["seconds"] for x in per])), 1),
             }
-    result = {"command": command_line("benchmarks.reconstruct_real", argv), "threads": args.threads, "summary": summary, "rows": rows}
+    result = {"command": command_line("benchmarks.reconstruct_real", argv), "threads": args.threads, "start": args.start, "summary": summary, "rows": rows}
     lines = [
-        "# Real faces redrawn by the FFHQ-grade generator (W+ refinement from w_avg, 256 px)",
+        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, 256 px)",
         "",
         f"`{result['command'].strip()}`, {args.threads} threads. dlib judge at 0.6; rates k/n [95% Wilson].",
         "",

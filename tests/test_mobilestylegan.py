@@ -230,8 +230,11 @@ def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_r
     report = json.loads((tmp_path / "out" / "astronaut__reconstructed.json").read_text())
     faces = detect_faces(astronaut_rgb)
     assert len(report["faces"]) == len(faces) >= 1
+    from zoo.nn.wplus_encoder import load_wplus_encoder
+
     for face in report["faces"]:
         assert face["status"] == "reconstructed" and face["steps"] == 2 and -1.0 <= face["sface_cosine"] <= 1.0
+        assert face["start"] == ("encoder" if load_wplus_encoder() is not None else "w_avg")
     out = np.asarray(Image.open(tmp_path / "out" / "astronaut__reconstructed.png"))
     x0, y0, x1, y1 = (int(v) for v in faces[0].box)
     assert np.abs(out[y0:y1, x0:x1].astype(int) - astronaut_rgb[y0:y1, x0:x1]).mean() > 2  # the face was redrawn

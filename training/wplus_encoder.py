@@ -5,10 +5,12 @@ slot: inverted codes are W+, not one w), each drawn at 256 px through the genera
 (uint8 image ``[3,256,256]``, fp16 W+ ``[23,512]``) in resumable shards.
 
     python -m training.wplus_encoder data  --n 6144 --out runs/encoder/data                      # resumable shards
-    python -m training.wplus_encoder train --data runs/encoder/data --out runs/encoder --max-minutes 20 [--resume]
+    python -m training.wplus_encoder train --data runs/encoder/data --out runs/encoder --max-minutes 20 [--resume] [--phase image]
+    python -m training.wplus_encoder export --run runs/encoder       # fp16 -> zoo/weights/wplus_encoder
 
-Training (one phase so far): latent L2 to the sample's W+ (the image loss through the generator and SFace identity
-are the next phase), on augmented inputs (crop jitter, rotation up to 8 degrees, blur, JPEG, noise, colour), Adam.
+Training, on augmented inputs (crop jitter, rotation up to 8 degrees, blur, JPEG, noise, colour), Adam: phase
+``latent`` (L2 to the sample's W+), then phase ``image`` (``--phase image --resume``: plus the generator's image at the
+predicted code against the sample, L1 as in refinement, and SFace identity).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.wplus_encoder import WPlusEncoder
 
-__all__ = ["augment", "main", "make_shards", "train"]
+__all__ = ["augment", "export", "main", "make_shards", "train"]
 
 SHARD_SIZE = 64
 RENDER_BATCH = 8
@@ -81,10 +83,18 @@ def augment(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def train(data: Path, out: Path, max_minutes: float, resume: bool, batch: int = 32, lr: float = 1e-3, seed: int = 0) -> dict:
-    """Latent phase: Adam on ``||E(aug(x)) - w+||^2`` (mean over slots and channels); the weights and the log are
-    saved every 5 minutes and at the end (``train_state.safetensors`` + ``train_log.json``), so ``--resume`` continues
-    a run (with fresh Adam moments). The last 64 samples are held out of training and their loss is logged."""
+def train(data: Path, out: Path, max_minutes: float, resume: bool, batch: int = 32, lr: float = 1e-3, seed: int = 0,
+          phase: str = "latent", image_weight: float = 1.0, identity_weight: float = 0.5) -> dict:
+    """Adam on the encoder, in one of two phases:
+
+    * ``latent``: ``||E(aug(x)) - w+||^2`` (mean over slots and channels);
+    * ``image``: the latent term plus ``image_weight`` x the inversion's reconstruction loss
+      (:func:`zoo.inversion.reconstruction_loss`, the generator's 256 px image at E's code against the clean sample)
+      plus ``identity_weight`` x (1 - SFace cosine) between them.
+
+    The weights and the log are saved every 5 minutes and at the end (``train_state.safetensors`` +
+    ``train_log.json``), so ``--resume`` continues a run (with fresh Adam moments). The last 64 samples are held out
+    of training and their latent loss is logged."""
     shards = sorted(glob.glob(str(data / "shard_*.safetensors")))
     if not shards:
         raise FileNotFoundError(f"no shards in {data}; run: python -m training.wplus_encoder data --out {data}")
@@ -119,11 +129,25 @@ def train(data: Path, out: Path, max_minutes: float, resume: bool, batch: int = 
         save_file({f"model.{k}": v.contiguous() for k, v in enc.state_dict().items()}, str(state_file))
         log_file.write_text(json.dumps(log, indent=1))
 
+    sface = None
+    if phase == "image":
+        from zoo.inversion import ALIGN_SIZE, reconstruction_loss
+        from zoo.nn.sface import load_sface
+
+        sface = load_sface()
     enc.train()
     while time.time() - t0 < max_minutes * 60:
         idx = rng.integers(0, n_train, batch)
         x = torch.from_numpy(augment(images[idx], rng)).float() / 127.5 - 1
-        loss = ((enc(x) - wplus[idx]) ** 2).mean()
+        pred = enc(x)
+        loss = ((pred - wplus[idx]) ** 2).mean()
+        if sface is not None:
+            clean = torch.from_numpy(images[idx]).float() / 127.5 - 1
+            drawn = g.synthesis(pred, ALIGN_SIZE)
+            loss = loss + image_weight * reconstruction_loss(drawn, clean).mean()
+            with torch.no_grad():
+                target_id = sface.embed_aligned(clean)
+            loss = loss + identity_weight * (1 - (sface.embed_aligned(drawn) * target_id).sum(1)).mean()
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -140,6 +164,23 @@ def train(data: Path, out: Path, max_minutes: float, resume: bool, batch: int = 
     return log
 
 
+def export(run: Path, dest: Path | None = None, recipe: str = "") -> Path:
+    """The run's encoder -> ``zoo/weights/wplus_encoder`` (fp16 safetensors + config.json)."""
+    from zoo.nn.wplus_encoder import encoder_dir
+
+    dest = dest or encoder_dir()
+    state = load_file(str(run / "train_state.safetensors"))
+    model = {k.removeprefix("model."): v for k, v in state.items() if k.startswith("model.")}
+    dest.mkdir(parents=True, exist_ok=True)
+    save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.items()}, str(dest / "model.safetensors"))
+    log = json.loads((run / "train_log.json").read_text())
+    config = {"architecture": "WPlusEncoder", "input_size": 128, "generator": "MobileStyleGAN (random-face wheel, converted)",
+              "trained_steps": log["steps"], "trained_seconds": round(log["seconds"]), "recipe": recipe,
+              "last_logged": log["history"][-1] if log["history"] else None}
+    (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return dest
+
+
 def main(argv: list[str] | None = None) -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -153,11 +194,18 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--max-minutes", type=float, default=20.0)
     t.add_argument("--resume", action="store_true")
     t.add_argument("--batch", type=int, default=32)
+    t.add_argument("--phase", choices=("latent", "image"), default="latent")
+    t.add_argument("--lr", type=float, default=1e-3)
+    e = sub.add_parser("export", help="fp16 weights + config -> zoo/weights/wplus_encoder")
+    e.add_argument("--run", type=Path, default=Path("runs/encoder"))
+    e.add_argument("--recipe", default="", help="the commands that trained it, for the config")
     a = p.parse_args(argv)
-    if a.cmd == "data":
+    if a.cmd == "export":
+        print(export(a.run, recipe=a.recipe))
+    elif a.cmd == "data":
         make_shards(a.out, a.n, a.seed)
     else:
-        train(a.data, a.out, a.max_minutes, a.resume, a.batch)
+        train(a.data, a.out, a.max_minutes, a.resume, a.batch, a.lr, phase=a.phase)
 
 
 if __name__ == "__main__":

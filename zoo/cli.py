@@ -489,7 +489,8 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             print(f"error: {path}: {err}", file=sys.stderr)
             failed += 1
             continue
-        image, faces = reconstruct_photo(rgb, args.steps, detector=args.detector, identity_weight=args.identity_weight, generator=generator)
+        image, faces = reconstruct_photo(rgb, args.steps, detector=args.detector, identity_weight=args.identity_weight,
+                                         use_encoder=not args.no_encoder, generator=generator)
         target = out_dir / f"{stem}__reconstructed.png"
         target.parent.mkdir(parents=True, exist_ok=True)
         save_image_atomic(image, target)
@@ -554,10 +555,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=1024, help="output side: 256, 512 or 1024 (default 1024)")
     s.add_argument("--out", "-o", required=True, help="output folder")
     s.add_argument("--device", help="torch device (default cpu)")
-    s = sub.add_parser("reconstruct", help="redraw every face with the FFHQ-grade generator (how well the backbone knows it)", description="Invert every face into the generator's W+ (Adam refinement at 256 px), draw it at the face's size and paste it back; writes OUT/<name>__reconstructed.png and .json.")
+    s = sub.add_parser("reconstruct", help="redraw every face with the FFHQ-grade generator (how well the backbone knows it)", description="Invert every face into the generator's W+ (the W+ encoder's estimate, then Adam refinement at 256 px), draw it at the face's size and paste it back; writes OUT/<name>__reconstructed.png and .json.")
     s.add_argument("inputs", nargs="+", help="image files, folders (recursive), glob patterns, or example:NAME")
     s.add_argument("--steps", type=int, default=100, help="refinement steps (default 100)")
     s.add_argument("--identity-weight", type=float, default=0.0, help="weight of the SFace identity term (default 0)")
+    s.add_argument("--no-encoder", action="store_true", help="start refinement from the average face, not the W+ encoder's estimate")
     s.add_argument("--detector", help="face detector (default: $ZOO_DETECTOR or auto)")
     s.add_argument("--out", "-o", required=True, help="output folder")
     return p

@@ -1,7 +1,8 @@
 """Inversion of real faces into the W+ space of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`).
 
+:func:`encode_wplus` gives the trained W+ encoder's estimate (:mod:`zoo.nn.wplus_encoder`) in one pass.
 :func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px image matches FFHQ-aligned crops: Adam
-on W+ from a start code (``w_avg`` in every slot unless given), loss per face = L1 + L1 of 2x/4x/8x average-pooled
+on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
 images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
 ``prior_weight`` x mean squared distance to the start code. :func:`reconstruct_photo` runs it on every face of a
 photo (detect -> FFHQ-align at 256 px -> refine -> draw at the size the face has in the photo -> paste back), which
@@ -22,7 +23,7 @@ import torch.nn.functional as F
 
 from .nn.mobilestylegan import MobileStyleGAN, load_mobilestylegan
 
-__all__ = ["InversionResult", "reconstruction_loss", "refine_wplus", "reconstruct_photo", "ALIGN_SIZE", "DEFAULT_STEPS"]
+__all__ = ["ALIGN_SIZE", "DEFAULT_STEPS", "InversionResult", "encode_wplus", "reconstruct_photo", "reconstruction_loss", "refine_wplus"]
 
 ALIGN_SIZE = 256
 DEFAULT_STEPS = 100
@@ -119,18 +120,34 @@ def _draw_size(matrix: np.ndarray) -> int:
     return next((s for s in SIZES if s >= side), SIZES[-1])
 
 
+def encode_wplus(target: torch.Tensor) -> torch.Tensor | None:
+    """The shipped W+ encoder's estimate ``[B,23,512]`` for FFHQ-aligned ``target [B,3,256,256]`` in [-1,1]; None
+    when no encoder ships (refinement then starts from ``w_avg``)."""
+    from .nn.wplus_encoder import load_wplus_encoder
+
+    enc = load_wplus_encoder()
+    if enc is None:
+        return None
+    with torch.no_grad():
+        return enc(target.cpu()).to(target)
+
+
 def reconstruct_photo(
     rgb: np.ndarray,
     steps: int = DEFAULT_STEPS,
     *,
     detector: str | None = "auto",
     identity_weight: float = 0.0,
+    prior_weight: float = 0.0,
+    use_encoder: bool = True,
     generator: MobileStyleGAN | None = None,
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Every face of uint8 photo ``rgb [H,W,3]`` redrawn by the generator and pasted back.
 
-    Returns the new photo and one report per detected face (box, steps, seconds, SFace cosine between the
-    aligned original and its reconstruction, the size it was drawn at). A face that cannot be aligned is
+    Each face starts from the W+ encoder's estimate (``use_encoder``, when an encoder ships; else ``w_avg``) and is
+    refined ``steps`` Adam steps, pulled toward that start with ``prior_weight``. Returns the new photo and one report
+    per detected face (box, start, steps, seconds, SFace cosine between the aligned original and its reconstruction,
+    the size it was drawn at). A face that cannot be aligned is
     blurred and reported with ``"status": "blurred"``: it is never returned untouched.
     """
     from .imageio import from_tensor, to_tensor
@@ -157,13 +174,17 @@ def reconstruct_photo(
     for i, a in aligned:
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop)
-        result = refine_wplus(target, steps, generator=g, identity_weight=identity_weight)
+        t0 = time.perf_counter()
+        start = encode_wplus(target) if use_encoder else None
+        result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
+        result.seconds = time.perf_counter() - t0
         size = _draw_size(a.matrix)
         with torch.no_grad():
             cos = float((sface.embed_aligned(result.image) * sface.embed_aligned(target)).sum())
             drawn = result.image if size == ALIGN_SIZE else g.synthesis(result.wplus, size)
         out = paste_back(out, from_tensor(drawn)[0], alignment_matrix(faces[i].landmarks, size))
         reports[i] |= {
+            "start": "encoder" if start is not None else "w_avg",
             "steps": int(steps),
             "seconds": round(result.seconds, 2),
             "sface_cosine": round(cos, 4),

@@ -145,9 +145,9 @@ class DeidMethod:
     #: may try on a face SFace still finds close to the original
     guard_by_default: ClassVar[bool] = False
     guard_variants: ClassVar[int] = 0
-    #: reversible keyed methods whose wrong-key recovery is nearly the same for every wrong key: the guard
-    #: also recovers each candidate with one stand-in wrong key and weighs that (:meth:`_wrong_key_probe`)
-    guard_wrong_key_check: ClassVar[bool] = False
+    #: reversible keyed methods: the guard also recovers each candidate with one stand-in wrong key and accepts it
+    #: only if neither recognizer knows the person in that recovery either (:meth:`_wrong_key_probe`)
+    guard_wrong_key_check: ClassVar[bool] = True
     #: native aligned-crop size in pixels (instances may override from their config)
     resolution: int = 256
     #: batch size for aligned faces inside one call
@@ -443,15 +443,13 @@ class DeidMethod:
         (SFace, FaceRes) distance}``: each candidate is recovered with a stand-in wrong key (:meth:`KeyMaterial.wrong_key`,
         key variant ``variant`` as a recovery of that face would use) and compared with the aligned input
         crop (``originals``: {id: its guard embedding} where known, else computed once). The recovery is only
-        measured, never returned. None unless :attr:`guard_wrong_key_check`.
+        measured, never returned. None unless :attr:`guard_wrong_key_check` (on for every reversible keyed method).
 
-        Why: what a wrong key returns can keep what the guard's choice of key variant removed from the
-        anonymized face. ``personal`` at d = 4 recovers roughly the negated anonymized code with any wrong
-        password, so choosing the variant farthest from the person made wrong-key recoveries nearer
-        (200 generated faces: dlib matched 0.175 of them without the guard, 0.205 with it;
-        docs/privacy_guard.md). One stand-in key measures that only where every wrong key gives about
-        the same face; for ``hford``, whose wrong key anonymizes again, it took anonymized faces matched
-        from 0.050 to 0.105 (200) with no gain on the wrong key, so it is off there."""
+        Why: a wrong key must not give the person back, and what a wrong key returns can keep what the guard's
+        choice of key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated
+        anonymized code with any wrong password). One stand-in wrong key is a sample of what an attacker with the
+        wrong key gets; the guard accepts a candidate only if that sample is far from the person for both
+        recognizers."""
         if not (self.guard_wrong_key_check and self.reversible and self.uses_key):
             return None
         originals = dict(originals or {})

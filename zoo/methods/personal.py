@@ -333,10 +333,9 @@ class PasswordReferences:
     and the typical overlap that recovery expects. Needs ``self.config``, ``self.extra``, ``self.device``."""
 
     # With a wrong password eq. 16-17 return about the negated anonymized direction whatever the password
-    # (z_bar' ~ -0.996 u + 0.087 f' at g = 95 degrees), so the privacy guard checks one stand-in wrong
-    # password too: demo, 200 held-out faces, wrong-key recovery over the 4 keys 0.230 -> 0.145 (n = 800;
-    # docs/ifadit_personal.md, "The difference, explained").
-    guard_wrong_key_check = True
+    # (z_bar' ~ -0.996 u + 0.087 f' at g = 95 degrees): the privacy guard's wrong-key check (on for every
+    # reversible method) matters most here: demo, 200 held-out faces, wrong-key recovery over the 4 keys
+    # 0.230 -> 0.145 (n = 800; docs/ifadit_personal.md, "The difference, explained").
 
     # -- public API: six-digit passwords ------------------------------------------------------------
     def anonymize(self, image, key=None, *, aligned: bool = False, **controls: Any):

@@ -17,7 +17,7 @@ from torch import nn
 from ..hub import HubModule
 from .mobilestylegan import NUM_SLOTS, STYLE_DIM
 
-__all__ = ["WPlusEncoder", "SLOT_LEVELS"]
+__all__ = ["SLOT_LEVELS", "WPlusEncoder", "encoder_dir", "load_wplus_encoder"]
 
 #: which pyramid level predicts each W+ slot: 0 = 8 px (conv1 and blocks 0-1: pose, face shape), 1 = 16 px
 #: (blocks 2-3: features, expression), 2 = 32 px (blocks 4-6 and to_img: colour, texture)
@@ -82,3 +82,34 @@ class WPlusEncoder(HubModule):
         offsets = torch.cat(per_level, dim=1)  # slots ordered by level, which is slot order (SLOT_LEVELS ascends)
         assert offsets.shape[1] == NUM_SLOTS
         return base[:, None] + offsets
+
+
+def encoder_dir():
+    """The encoder trained here, shipped with the package (``zoo/weights/wplus_encoder``: fp16 safetensors + config)."""
+    from pathlib import Path
+
+    return Path(__file__).resolve().parent.parent / "weights" / "wplus_encoder"
+
+
+_LOADED: dict[str, WPlusEncoder | None] = {}
+
+
+def load_wplus_encoder() -> WPlusEncoder | None:
+    """The shipped encoder (eval, frozen, fp32 on the CPU), or None when no weights ship."""
+    import json
+
+    from safetensors.torch import load_file
+
+    from ..convert import check_and_load
+
+    if "cpu" not in _LOADED:
+        f = encoder_dir() / "model.safetensors"
+        if not f.is_file():
+            _LOADED["cpu"] = None
+        else:
+            config = json.loads((encoder_dir() / "config.json").read_text())
+            with torch.inference_mode(False):
+                enc = WPlusEncoder(input_size=int(config.get("input_size", 128)))
+                check_and_load(enc, {k: v.float() for k, v in load_file(str(f)).items()}, "W+ encoder")
+            _LOADED["cpu"] = enc.eval().requires_grad_(False)
+    return _LOADED["cpu"]
