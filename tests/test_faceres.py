@@ -132,3 +132,23 @@ def test_photo_and_crop_embeddings_agree():
     a = j.embed_photo_faces(rgb, faces)
     b = j.embed_aligned(align_face(rgb, faces[0].landmarks, 256).crop)
     assert j.score(a, b)[0] > 0.9
+
+
+def test_cli_without_the_recognizer_names_setup_and_writes_nothing(monkeypatch, tmp_path, capsys):
+    """The guard cannot run without FaceRes: the photo fails closed (nothing written) with one line naming setup."""
+    from zoo.cli import main
+
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path / "empty"))
+    FR.load_faceres.cache_clear()
+    import zoo.guard
+    import zoo.judges
+
+    monkeypatch.setattr(zoo.guard, "_GUARDS", {})
+    monkeypatch.setattr(zoo.judges, "_INSTANCES", {k: v for k, v in zoo.judges._INSTANCES.items() if k != "faceres"})
+    try:
+        rc = main(["anonymize", "example:astronaut", "-m", "personal", "--key", "042917", "-c", "refine_steps=0", "--out", str(tmp_path / "out"), "-q"])
+    finally:
+        FR.load_faceres.cache_clear()
+    err = capsys.readouterr().err
+    assert rc != 0 and "FaceRes" in err and "scripts/setup.sh" in err and "unexpected" not in err
+    assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())

@@ -298,9 +298,13 @@ def _job_error_line(err: BaseException, path: Any) -> str:
     """One line for a failed input: the reason (without repeating the path or naming the exception class
     of an expected user error) and what to do next."""
     from .imageio import ImageTooLargeError, InvalidImageError
+    from .nn.faceres import MissingRecognizerError
+    from .nn.mobilestylegan import MissingGeneratorError
     from .video import VideoError
 
     text = str(err).replace(f"{path}: ", "").strip() or type(err).__name__
+    if isinstance(err, (MissingRecognizerError, MissingGeneratorError)):
+        return text  # names the setup command
     if isinstance(err, ImageTooLargeError):
         return f"{text}; shrink the image or raise --max-megapixels"
     if isinstance(err, InvalidImageError):
