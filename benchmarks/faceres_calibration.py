@@ -36,7 +36,7 @@ FINE_SLOTS = slice(13, 23)
 def _augment(crop: np.ndarray) -> dict[str, np.ndarray]:
     s = crop.shape[0]
     grey = cv2.cvtColor(crop, cv2.COLOR_RGB2GRAY)
-    ok, jpg = cv2.imencode(".jpg", crop[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 40])
+    _, jpg = cv2.imencode(".jpg", crop[:, :, ::-1], [cv2.IMWRITE_JPEG_QUALITY, 40])
     rot = cv2.warpAffine(crop, cv2.getRotationMatrix2D((s / 2, s / 2), 8, 1.0), (s, s), borderMode=cv2.BORDER_REFLECT_101)
     return {
         "mirror": np.ascontiguousarray(crop[:, ::-1]),
@@ -66,7 +66,7 @@ def identities(n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
         wplus = w[:, None].repeat(1, 23, 1)
         mixed = wplus.clone()
         mixed[:, FINE_SLOTS] = wplus[donors][:, FINE_SLOTS]
-        to_u8 = lambda x: ((x.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()  # noqa: E731
+        to_u8 = lambda x: ((x.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
         gen = np.concatenate([to_u8(g.synthesis(wplus[i : i + 16], size=256)) for i in range(0, n, 16)])
         fine = np.concatenate([to_u8(g.synthesis(mixed[i : i + 16], size=256)) for i in range(0, n, 16)])
     names = [f"generated:{SEED_OFFSET + i}" for i in range(n)]

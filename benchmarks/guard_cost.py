@@ -57,14 +57,14 @@ def main(argv: list[str] | None = None) -> int:
                     "threads": a.threads, "recognizer_ms_per_face": {}, "guard_ms_per_face": {}}
     for name in ("faceres", "sface"):
         j = get_judge(name)
-        result["recognizer_ms_per_face"][name] = round(1000 * _median_seconds(lambda: j.embed_photo_faces(t1, faces[:1]), a.repeats * 4), 1)
+        result["recognizer_ms_per_face"][name] = round(1000 * _median_seconds(lambda j=j: j.embed_photo_faces(t1, faces[:1]), a.repeats * 4), 1)
     fr = get_judge("faceres")
     result["recognizer_ms_per_face"]["faceres_batch8"] = round(1000 * _median_seconds(lambda: fr.embed_aligned(crops), a.repeats) / 8, 1)
     for m in a.methods.split(","):
         method = zoo.load(m)
         kw = {"key": "guard cost"} if method.uses_key else {}
-        on = _median_seconds(lambda: method.anonymize(t1, **kw), a.repeats)
-        off = _median_seconds(lambda: method.anonymize(t1, privacy_guard=False, **kw), a.repeats)
+        on = _median_seconds(lambda method=method, kw=kw: method.anonymize(t1, **kw), a.repeats)
+        off = _median_seconds(lambda method=method, kw=kw: method.anonymize(t1, privacy_guard=False, **kw), a.repeats)
         out = method.anonymize(t1, **kw)
         result["guard_ms_per_face"][m] = {"faces": len(out.faces), "anonymize_s_guard_on": round(on, 2), "anonymize_s_guard_off": round(off, 2),
                                           "guard_ms_per_face": round(1000 * (on - off) / max(len(out.faces), 1), 1),

@@ -72,7 +72,7 @@ def augment(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         if rng.random() < 0.3:
             img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.5, 2.0))
         if rng.random() < 0.4:
-            ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(30, 91))])
+            _, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(rng.integers(30, 91))])
             img = cv2.imdecode(buf, cv2.IMREAD_UNCHANGED)
         f = img.astype(np.float32)
         if rng.random() < 0.5:

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["TFJSNode", "TFJSGraph", "read_tfjs_graph"]
+__all__ = ["TFJSGraph", "TFJSNode", "read_tfjs_graph"]
 
 _STORED_DTYPES = {"float32": np.dtype("<f4"), "int32": np.dtype("<i4"), "float16": np.dtype("<f2"),
                   "uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "bool": np.dtype("u1")}

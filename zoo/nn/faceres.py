@@ -39,8 +39,17 @@ from ..convert import ConversionError, check_and_load, register_converter
 from ..hub import HubModule, zoo_cache_dir
 
 __all__ = [
-    "FaceRes", "same_pad", "convert_faceres", "faceres_source_dir", "faceres_crop_matrix", "faceres_crops",
-    "load_faceres", "MissingRecognizerError", "FACERES_BOX", "HUMAN_MODELS", "HUMAN_MODELS_SHA1",
+    "FACERES_BOX",
+    "HUMAN_MODELS",
+    "HUMAN_MODELS_SHA1",
+    "FaceRes",
+    "MissingRecognizerError",
+    "convert_faceres",
+    "faceres_crop_matrix",
+    "faceres_crops",
+    "faceres_source_dir",
+    "load_faceres",
+    "same_pad",
 ]
 
 #: the npm package and version that ship the recognizer, and the tarball's sha1 (npm's ``shasum``)
