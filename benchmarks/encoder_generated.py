@@ -13,7 +13,6 @@ drawn from ``numpy.random.default_rng([0, shard])``; psi 0.7; 256 px). For each 
 from __future__ import annotations
 
 import argparse
-import time
 from pathlib import Path
 
 import numpy as np
@@ -35,7 +34,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from training.evaluate import wilson_interval
     from zoo.imageio import from_tensor
-    from zoo.inversion import ALIGN_SIZE, encode_wplus, refine_wplus
+    from benchmarks.reconstruct_real import fidelity_curve
+    from zoo.inversion import ALIGN_SIZE
     from zoo.judges import get_judge
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.nn.sface import load_sface
@@ -54,15 +54,7 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(a.n):
         target = targets[i : i + 1]
         for start_name in ("encoder", "w_avg"):
-            t0 = time.perf_counter()
-            start = encode_wplus(target) if start_name == "encoder" else g.mean_wplus(1)
-            if start is None:
-                raise SystemExit("no W+ encoder ships (zoo/weights/wplus_encoder)")
-            t_start = time.perf_counter() - t0
-            snaps = refine_wplus(target, max(steps), generator=g, start=start, snapshots=tuple(s for s in steps if s > 0)).snapshots if max(steps) > 0 else {}
-            if 0 in steps:
-                with torch.no_grad():
-                    snaps[0] = (g.synthesis(start, ALIGN_SIZE), 0.0)
+            snaps = fidelity_curve(g, target, steps, start_name)
             for s in steps:
                 image, seconds = snaps[s]
                 rec = from_tensor(image)[0]
@@ -70,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
                 err = (rec.astype(np.float64) - originals[i])[mask]
                 with torch.no_grad():
                     cos = float((sface.embed_aligned(image) * sface.embed_aligned(target)).sum())
-                rows[start_name][s].append({"dlib": d, "psnr": float(10 * np.log10(255.0**2 / np.mean(err**2))), "sface": cos, "seconds": seconds + t_start})
+                rows[start_name][s].append({"dlib": d, "psnr": float(10 * np.log10(255.0**2 / np.mean(err**2))), "sface": cos, "seconds": seconds})
         print(i, {k: [round(v[s][-1]["dlib"], 3) for s in steps] for k, v in rows.items()}, flush=True)
     summary: dict = {}
     for start_name, by_step in rows.items():

@@ -40,14 +40,15 @@ KEY, WRONG_KEY = "fail-closed benchmark key", "some other key"
 
 
 def _judge_faces(ref: np.ndarray, boxes: np.ndarray) -> list:
-    """DetectedFace per known box, with landmarks from the zoo's detector on the unprocessed photo (zeros if none)."""
+    """DetectedFace per known box, with landmarks from the zoo's detector on the unprocessed photo (None where it finds
+    no face there: that face is checked for being untouched but not judged)."""
     from zoo.pipeline import DetectedFace, detect_faces
 
     found = detect_faces(ref)
     out = []
     for b in boxes:
         hit = next((f for f in found if RP.matches(np.array([b]), np.array([f.box]))[0]), None)
-        out.append(DetectedFace(b, hit.landmarks if hit is not None else np.zeros((5, 2)), 1.0) if hit is not None else None)
+        out.append(DetectedFace(b, hit.landmarks, 1.0) if hit is not None else None)
     return out
 
 

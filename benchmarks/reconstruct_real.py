@@ -53,6 +53,25 @@ def _rate(k: int, n: int) -> dict:
     return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "95ci": [round(lo, 3), round(hi, 3)]}
 
 
+def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str) -> dict[int, tuple[torch.Tensor, float]]:
+    """step -> (256 px image, seconds so far) for one FFHQ-aligned ``target [1,3,256,256]``: the start code (``start``
+    "encoder": :func:`zoo.inversion.encode_wplus`; "w_avg": the average face) refined to ``max(checkpoints)`` steps;
+    step 0 is the start code itself."""
+    t0 = time.perf_counter()
+    code = encode_wplus(target) if start == "encoder" else g.mean_wplus(1)
+    if code is None:
+        raise SystemExit("no W+ encoder ships (zoo/weights/wplus_encoder); use --start w_avg")
+    t_start = time.perf_counter() - t0
+    snaps = {}
+    if max(checkpoints) > 0:
+        snaps = refine_wplus(target, max(checkpoints), generator=g, start=code, snapshots=tuple(s for s in checkpoints if s > 0)).snapshots
+        snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
+    if 0 in checkpoints:
+        with torch.no_grad():
+            snaps[0] = (g.synthesis(code, ALIGN_SIZE), t_start)
+    return snaps
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", default="25,50,100,200")
@@ -78,16 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for (name, split, i, crop), d0 in zip(faces, orig_dlib):
         target = to_tensor(crop)
-        t0 = time.perf_counter()
-        start = encode_wplus(target) if args.start == "encoder" else None
-        if args.start == "encoder" and start is None:
-            raise SystemExit("no W+ encoder ships (zoo/weights/wplus_encoder); use --start w_avg")
-        t_start = time.perf_counter() - t0
-        snaps = refine_wplus(target, max(checkpoints), generator=g, start=start, snapshots=tuple(s for s in checkpoints if s > 0)).snapshots
-        snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
-        if 0 in checkpoints:
-            with torch.no_grad():
-                snaps[0] = (g.synthesis(start if start is not None else g.mean_wplus(1), ALIGN_SIZE), t_start)
+        snaps = fidelity_curve(g, target, checkpoints, args.start)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
             image, seconds = snaps[s]

@@ -98,8 +98,10 @@ def train(data: Path, out: Path, max_minutes: float, resume: bool, batch: int = 
     shards = sorted(glob.glob(str(data / "shard_*.safetensors")))
     if not shards:
         raise FileNotFoundError(f"no shards in {data}; run: python -m training.wplus_encoder data --out {data}")
-    images = torch.cat([load_file(f)["image"] for f in shards]).numpy()
-    wplus = torch.cat([load_file(f)["wplus"] for f in shards]).float()
+    loaded = [load_file(f) for f in shards]
+    images = torch.cat([d["image"] for d in loaded]).numpy()
+    wplus = torch.cat([d["wplus"] for d in loaded]).float()
+    del loaded
     held = 64  # the last samples are a held-out check of the latent loss
     g = load_mobilestylegan("cpu")
     enc = WPlusEncoder()

@@ -11,6 +11,10 @@ backbone is a small residual network trained here from scratch on the generator'
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -84,32 +88,23 @@ class WPlusEncoder(HubModule):
         return base[:, None] + offsets
 
 
-def encoder_dir():
+def encoder_dir() -> Path:
     """The encoder trained here, shipped with the package (``zoo/weights/wplus_encoder``: fp16 safetensors + config)."""
-    from pathlib import Path
-
     return Path(__file__).resolve().parent.parent / "weights" / "wplus_encoder"
 
 
-_LOADED: dict[str, WPlusEncoder | None] = {}
-
-
+@lru_cache(maxsize=1)
 def load_wplus_encoder() -> WPlusEncoder | None:
     """The shipped encoder (eval, frozen, fp32 on the CPU), or None when no weights ship."""
-    import json
-
     from safetensors.torch import load_file
 
     from ..convert import check_and_load
 
-    if "cpu" not in _LOADED:
-        f = encoder_dir() / "model.safetensors"
-        if not f.is_file():
-            _LOADED["cpu"] = None
-        else:
-            config = json.loads((encoder_dir() / "config.json").read_text())
-            with torch.inference_mode(False):
-                enc = WPlusEncoder(input_size=int(config.get("input_size", 128)))
-                check_and_load(enc, {k: v.float() for k, v in load_file(str(f)).items()}, "W+ encoder")
-            _LOADED["cpu"] = enc.eval().requires_grad_(False)
-    return _LOADED["cpu"]
+    f = encoder_dir() / "model.safetensors"
+    if not f.is_file():
+        return None
+    config = json.loads((encoder_dir() / "config.json").read_text())
+    with torch.inference_mode(False):
+        enc = WPlusEncoder(input_size=int(config.get("input_size", 128)))
+        check_and_load(enc, {k: v.float() for k, v in load_file(str(f)).items()}, "W+ encoder")
+    return enc.eval().requires_grad_(False)
