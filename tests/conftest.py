@@ -8,6 +8,10 @@ from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before anything imports huggingface_hub
 os.environ.setdefault("HF_HUB_DISABLE_TELEMETRY", "1")
+# the reversible methods run on the 64 px DCGAN tier here (zoo.load's ZOO_LATENT_SPACE): the routine suite checks
+# the photo pipeline's mechanics in seconds; the FFHQ-grade W+ tier, their default, has its own tests, which name
+# it (tests/test_wplus_identity.py)
+os.environ.setdefault("ZOO_LATENT_SPACE", "dcgan")
 
 import importlib.util  # noqa: E402
 

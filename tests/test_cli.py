@@ -139,7 +139,7 @@ def test_list_and_info(capsys):
     assert rows["blur"]["weights"] == "none needed" and rows["blur"]["reversible"] == "no"
     # the bundled demo checkpoints are listed as such, with their label and stored evaluation
     assert rows["personal"]["weights"] == "demo (bundled)" and rows["personal"]["weights_label"].startswith("demo:")
-    assert rows["personal"]["resolution"] == "64" and "refine_steps" in rows["personal"]["controls"]
+    assert rows["personal"]["resolution"] == "256" and "refine_steps" in rows["personal"]["controls"]  # the W+ tier
     assert rows["personal"]["evaluation"]["generated"]["anonymized_same_person"]["n"] >= 200
     assert main(["info", "pixelate"]) == 0
     info = json.loads(capsys.readouterr().out)

@@ -292,9 +292,9 @@ def test_anonymized_code_scale_moves_codes_to_the_prior_and_recovery_undoes_it()
         # a face without a carried code is re-inverted: the inversion returns codes at its own radius,
         # so the estimate of z_anon is the inverted code times the scale
         y = scaled.decode(z_anon)
-        estimate = scaled.anonymized_latents(y, None, refine_steps=0)
+        estimate = scaled.anonymized_codes(y, None, refine_steps=0)[1]
         assert torch.allclose(estimate, 1.7 * scaled.encode(y, 0), atol=1e-5)
-        assert torch.equal(scaled.anonymized_latents(y, [z_anon[i].numpy() for i in range(4)], 0), z_anon)
+        assert torch.equal(scaled.anonymized_codes(y, [z_anon[i].numpy() for i in range(4)], 0)[1], z_anon)
     with pytest.raises(ValueError, match="anonymized_code_scale"):
         PersonalDemo.from_config({**config, "anonymized_code_scale": 0}).anonymized_code(z, keys)
 

@@ -6,6 +6,8 @@ works; nothing half-built is listed.
 
 from __future__ import annotations
 
+import os
+
 import importlib
 import json
 import logging
@@ -149,9 +151,15 @@ def load(
     dtype: torch.dtype | None = None,
     revision: str | None = None,
     local_dir: str | None = None,
+    latent_space: str | None = None,
     **kwargs: Any,
 ):
     """Build method ``name`` ready to run.
+
+    ``latent_space`` ("wplus" | "dcgan", demo tier of the reversible methods only): the latent space the
+    keyed transform runs in, overriding the checkpoint's config (:class:`~zoo.methods.latent_demo.LatentDemoMethod`);
+    default: the environment variable ``ZOO_LATENT_SPACE`` where set (``dcgan``: the small, fast 64 px tier on
+    every such method), else the checkpoint's choice.
 
     Weightless methods (the classical baselines) take their options as ``kwargs``. Neural methods load,
     in order: ``local_dir``; their default Hub repo at ``revision`` (``HF_HUB_OFFLINE=1`` means the local
@@ -171,6 +179,11 @@ def load(
         choice = resolve_weights(name, revision=revision, local_dir=local_dir)
         method = cls.from_pretrained(choice.location)
         method.weights = choice
+        if latent_space is not None and not hasattr(method, "use_latent_space"):
+            raise TypeError(f"{name} has no choice of latent space")
+        space = latent_space or os.environ.get("ZOO_LATENT_SPACE") or None
+        if space and hasattr(method, "use_latent_space"):
+            method.use_latent_space(space)
         if (name, choice.location) not in _LOGGED:
             _LOGGED.add((name, str(choice.location)))
             log.info("%s: using %s (%s)", name, choice.label, choice.location)

@@ -1,29 +1,32 @@
-"""The demo tier: a paper's keyed identity transform run in the latent space of the demo backbone.
+"""The demo tier: a paper's keyed identity transform run on the identity code of a face's GAN latent.
 
-Paper-scale weights (StyleGAN2-FFHQ + e4e, ArcFace) are not reachable offline, so each reversible
-method also ships a small checkpoint built on :mod:`zoo.nn.dcgan` (the packaged 64 px DCGAN, its
-inversion encoder, latent refinement). What every such method shares lives here::
+Paper-scale weights (StyleGAN2-FFHQ + e4e, ArcFace) are not reachable offline, so each reversible method
+ships a checkpoint whose keyed transform T (in the method file) was trained here on CPU on 100-d codes
+u ~ N(0, I). It runs in one of two latent spaces (config ``latent_space``)::
 
-    z      = invert(X)               inversion encoder + ``refine_steps`` Adam steps on z (GAN inversion)
-    z_anon = c T(z, key)             the paper's keyed transform T (in the method file), on the prior's shell
-    X_anon = G(z_anon)
-    X_rec  = G(T^-1(z_anon / c, key))  recovery from the (saved) anonymized image: z_anon is read from
-                                     the image's low bits (zoo.carrier) where it is intact; else
-                                     invert(X_anon) estimates z_anon / c (the inversion returns codes
-                                     at its own radius, see below)
+    code   = invert(X)                     the backbone's inversion of the aligned face
+    u      = identity(code)                the 100-d identity code
+    u_anon = c T(u, key)
+    X_anon = G(with_identity(code, u_anon))
+    X_rec  = G(with_identity(invert(X_anon), T^-1(u_anon / c, key)))   u_anon: carried in the saved image's
+                                           low bits (zoo.carrier) where intact, else read from invert(X_anon)
 
-c (config ``anonymized_code_scale``, default 1): the inversion encoder returns codes of norm ~5.8 for
-faces the DCGAN drew from N(0, I) at norm ~10, and a transform that keeps the norm then draws every
-anonymized face from that inner shell, near the mean face, where two keys' faces look alike (dbaf,
-60 faces x 4 keys: dlib called 0.28 of key pairs the same person, against 0.16 for two random draws).
-Scaling the anonymized code by c = 10.0 / 5.82 puts it where the generator draws faces (pairs 0.14);
-inverting such a face returns a code at norm ~5.8 again, so a re-inverted code is used as it is.
+* ``wplus`` (the shipped default): :class:`WPlusLatents`, the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`),
+  256 px FFHQ-aligned crops. code = W+ ``[N,23,512]`` from the W+ encoder + ``refine_steps`` Adam steps;
+  identity = the whitened, pose-neutral identity code of the middle slots
+  (:mod:`zoo.nn.wplus_identity`). Pose, expression, hair and lighting stay; the identity changes; recovery
+  takes what the face keeps from the saved image and the identity from the key. c = 1
+  (``wplus.code_scale``): at 1.4 the faces lost their expression and some broke up.
+* ``dcgan``: the packaged 64 px DCGAN (:mod:`zoo.nn.dcgan`); code = z ``[N,100]`` is the identity code
+  itself (one entangled code: pose and expression are not kept). Small and fast: the tests use it.
+  c (config ``anonymized_code_scale``): the DCGAN inversion encoder returns codes of norm ~5.8 for faces the
+  DCGAN drew from N(0, I) at norm ~10; a transform that keeps the norm then draws every anonymized face
+  near the mean face, where two keys' faces look alike (dbaf, 60 faces x 4 keys: dlib called 0.28 of key
+  pairs the same person, against 0.16 for two random draws). c = 10.0 / 5.82 puts it where the generator
+  draws faces (pairs 0.14); a re-inverted code comes back at norm ~5.8 and is used as it is.
 
-Images are aligned crops ``[N,3,64,64]`` in [-1,1]; latents ``[N,100]``. Where a paper works on an
-identity code separated from attributes, the demo backbone has a single entangled code: its latent
-plays the identity code, and the method file says so. Outputs are whole generated faces (pose and
-expression are not kept): this is a demonstration of each paper's key mechanics that runs on any
-CPU, labelled as such everywhere a user sees it.
+Images are aligned crops ``[N,3,R,R]`` in [-1,1] (R = 256 on W+, 64 on the DCGAN). Where a paper works on
+an identity code separated from attributes, u plays that code, and the method file says so.
 """
 
 from __future__ import annotations
@@ -61,11 +64,57 @@ IDENTITY_CHECK_CONTROL = Control(
 FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
 
 
+class WPlusLatents:
+    """The FFHQ-grade latent space of the demo tier (config ``latent_space: wplus``).
+
+    codes: W+ ``[N,23,512]`` of :mod:`zoo.nn.mobilestylegan`; faces: FFHQ-aligned ``[N,3,256,256]`` in [-1,1];
+    identity codes: u ``[N,100]`` (:class:`~zoo.nn.wplus_identity.WPlusIdentity`, about N(0, I) like the DCGAN
+    latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
+    ``steps`` Adam steps of :func:`~zoo.inversion.refine_wplus` (with SFace's identity term at
+    ``identity_weight``).
+    """
+
+    resolution = 256
+
+    def __init__(self, settings: dict[str, Any] | None = None):
+        from ..nn.mobilestylegan import load_mobilestylegan
+        from ..nn.wplus_identity import load_wplus_identity
+
+        self.settings = dict(settings or {})
+        self.generator = load_mobilestylegan()
+        self.identity = load_wplus_identity()
+
+    def rotations(self, keys: Sequence[KeyMaterial], context: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keyed rotations of :meth:`~zoo.nn.wplus_identity.WPlusIdentity.with_code`, one pair per face."""
+        c = self.identity.complement_dim
+        # torch's CPU generator seeded from the key material (KeyMaterial.generator): the same draws on every
+        # machine, ~100x faster than KeyMaterial.normal for these 430k numbers per face
+        normals = torch.stack([torch.randn(512 * 512, generator=k.generator(f"{context}/wplus/deviations")) for k in keys])
+        residual = torch.stack([torch.randn(c * c, generator=k.generator(f"{context}/wplus/residual")) for k in keys])
+        return self.identity.rotations(normals, residual)
+
+    def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0) -> torch.Tensor:
+        from ..inversion import encode_wplus, refine_wplus
+
+        start = encode_wplus(x)
+        if start is None:
+            start = self.generator.mean_wplus(x.shape[0]).to(x)
+        if int(steps) <= 0:
+            return start
+        return refine_wplus(x, int(steps), generator=self.generator, start=start, identity_weight=float(identity_weight)).wplus
+
+    def decode(self, wplus: torch.Tensor) -> torch.Tensor:
+        return self.generator.synthesis(wplus, self.resolution)
+
+
 class LatentDemoMethod(NeuralMethod):
     """Base of the demo-tier methods: components ``generator`` (packaged DCGAN, config only) and ``encoder``.
 
     Subclasses implement :meth:`edit_latent` and :meth:`unedit_latent` (the paper's keyed transform and
-    its inverse) and list ``controls`` (ending with :data:`FIT_CONTROLS`).
+    its inverse on a 100-d identity code) and list ``controls`` (ending with :data:`FIT_CONTROLS`).
+    The code lives in one of two latent spaces (config ``latent_space``): ``dcgan`` (the 64 px DCGAN's z is
+    the identity code) or ``wplus`` (:class:`WPlusLatents`: the identity code of a W+ latent of the
+    FFHQ-grade generator, 256 px, everything else of the face kept).
     """
 
     component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder")
@@ -91,6 +140,49 @@ class LatentDemoMethod(NeuralMethod):
         return {"generator": DCGANGenerator(), "encoder": encoder}
 
     @property
+    def latent_space(self) -> str:
+        space = str(self.config.get("latent_space", "dcgan"))
+        if space not in ("dcgan", "wplus"):
+            raise ValueError(f"latent_space must be 'dcgan' or 'wplus', got {space!r}")
+        return space
+
+    def __init__(self, config: dict[str, Any], components: dict[str, torch.nn.Module], extra: dict[str, torch.Tensor] | None = None):
+        super().__init__(config, components, extra)
+        if self.latent_space == "wplus":
+            self.resolution = WPlusLatents.resolution
+
+    def use_latent_space(self, space: str) -> "LatentDemoMethod":
+        """Run the keyed transform in ``space`` ("wplus": 256 px FFHQ-grade generator; "dcgan": 64 px)."""
+        if space not in ("dcgan", "wplus"):
+            raise ValueError(f"latent_space must be 'dcgan' or 'wplus', got {space!r}")
+        self.config["latent_space"] = space
+        self.resolution = WPlusLatents.resolution if space == "wplus" else 64
+        self.__dict__.pop("_wplus", None)
+        self.__dict__.pop("_code_cache", None)
+        return self
+
+    @property
+    def wplus(self) -> WPlusLatents | None:
+        """The W+ latent space (None on the DCGAN), built on first use."""
+        if self.latent_space != "wplus":
+            return None
+        if "_wplus" not in self.__dict__:
+            self._wplus = WPlusLatents(self.config.get("wplus"))
+        return self._wplus
+
+    def identity_code(self, code: torch.Tensor) -> torch.Tensor:
+        """The 100-d identity code the keyed transform edits: z itself on the DCGAN, u of a W+ code."""
+        return code if self.wplus is None else self.wplus.identity.code(code)
+
+    def with_identity(self, code: torch.Tensor, u: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, inverse: bool = False) -> torch.Tensor:
+        """``code`` with its identity code replaced by ``u`` (on the DCGAN: ``u`` itself). On W+ with ``keys``, the
+        rest of the identity slots is rotated with each face's key (``inverse``: back, for the recovery)."""
+        if self.wplus is None:
+            return u
+        rot = self.wplus.rotations(keys, self.name) if keys is not None else (None, None)
+        return self.wplus.identity.with_code(code, u, *rot, inverse=inverse)
+
+    @property
     def identity_steps(self) -> int:
         """Steps of the identity-aware refinement (config ``identity_steps``, default 40; :data:`IDENTITY_CHECK_CONTROL`)."""
         return int(self.config.get("identity_steps", 40))
@@ -105,6 +197,10 @@ class LatentDemoMethod(NeuralMethod):
         (:func:`~zoo.nn.dcgan.refine_latent`)."""
         if x.shape[-1] != self.resolution:
             raise ValueError(f"{self.name} (demo) works on {self.resolution} px crops, got {tuple(x.shape)}")
+        if self.wplus is not None:
+            # W+: the identity term joins every refinement step when the check is on (no separate pass)
+            weight = float(identity_refine) if float(identity_check) > 0 else 0.0
+            return self.wplus.encode(x, int(refine_steps), weight)
         generator = self.components["generator"]
         z = invert(generator, self.components["encoder"], x, int(refine_steps))
         check, weight = float(identity_check), float(identity_refine)
@@ -137,7 +233,8 @@ class LatentDemoMethod(NeuralMethod):
         return (sface.embed_aligned(self.decode(z)) * sface.embed_aligned(x)).sum(1)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        return self.components["generator"](z)
+        """A code (z ``[N,100]`` or W+ ``[N,23,512]``) -> faces ``[N,3,R,R]`` in about [-1,1]."""
+        return self.components["generator"](z) if self.wplus is None else self.wplus.decode(z)
 
     # ------------------------------------------------------------------ the keyed transform
     def edit_latent(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
@@ -166,46 +263,75 @@ class LatentDemoMethod(NeuralMethod):
                 if self._scope_depth == 0:
                     self.__dict__.pop("_code_cache", None)
 
-    def encode_cached(self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
-        """:meth:`encode`, remembering the faces' codes for the rest of the call (:meth:`run_scope`): the
-        privacy guard's key variants (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat
-        the GAN inversion. Outside a call scope it is :meth:`encode`."""
+    @staticmethod
+    def _code_rows(x: torch.Tensor, setting: bytes) -> list[bytes]:
         import hashlib
+
+        return [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + setting, digest_size=16).digest() for i in range(x.shape[0])]
+
+    def _scope_cache(self):
+        """The call's code cache (an OrderedDict) inside :meth:`run_scope`, else None."""
         from collections import OrderedDict
 
         lock = self.__dict__.setdefault("_code_lock", threading.Lock())
         with lock:
             if not self.__dict__.get("_scope_depth", 0):
-                cache = None
-            else:
-                cache = self.__dict__.setdefault("_code_cache", OrderedDict())
+                return None
+            return self.__dict__.setdefault("_code_cache", OrderedDict())
+
+    def _remember(self, cache, rows: list[bytes], codes: torch.Tensor) -> None:
+        with self._code_lock:
+            for r, z in zip(rows, codes):
+                cache[r] = z.detach().clone()
+            while len(cache) > 256:
+                cache.popitem(last=False)
+
+    def encode_cached(self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
+        """:meth:`encode`, remembering the faces' codes for the rest of the call (:meth:`run_scope`): the
+        privacy guard's key variants (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat
+        the GAN inversion. Outside a call scope it is :meth:`encode`."""
+        cache = self._scope_cache()
         if cache is None:
             return self.encode(x, refine_steps, identity_refine, identity_check)
         setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
-        rows = [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + setting, digest_size=16).digest() for i in range(x.shape[0])]
-        with lock:
+        rows = self._code_rows(x, setting)
+        with self._code_lock:
             known = {r: cache[r] for r in rows if r in cache}
         missing = [i for i, r in enumerate(rows) if r not in known]
         if missing:
             codes = self.encode(x[missing], refine_steps, identity_refine, identity_check).detach()
-            with lock:
-                for i, z in zip(missing, codes):
-                    known[rows[i]] = cache[rows[i]] = z.clone()
-                while len(cache) > 256:
-                    cache.popitem(last=False)
+            self._remember(cache, [rows[i] for i in missing], codes)
+            known.update({rows[i]: z for i, z in zip(missing, codes)})
         return torch.stack([known[r] for r in rows]).to(x.device, x.dtype)
 
+    def _remember_anonymized(self, y: torch.Tensor, codes: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float) -> None:
+        """W+ only, inside a call: remember the exact W+ of each anonymized face under its saved (uint8) pixels,
+        so that recovering it in the same call (the privacy guard's wrong-key probe) starts from the code it
+        was drawn from instead of inverting it again (what a perfect inversion of the saved face would give)."""
+        cache = self._scope_cache()
+        if cache is None or self.wplus is None:
+            return
+        from ..imageio import from_tensor, to_tensor
+
+        saved = to_tensor(from_tensor(y.detach().float().cpu()), self.resolution)
+        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
+        self._remember(cache, self._code_rows(saved, setting), codes)
+
     def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any):
-        """(X_anon ``[N,3,64,64]``, z_anon ``[N,100]``): the face and the code the carrier writes into it."""
+        """(X_anon ``[N,3,R,R]``, u_anon ``[N,100]``): the face and the identity code the carrier writes into it."""
         self._check_keys(x, keys)
         identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
-        z_anon = self.anonymized_code(self.encode_cached(x, refine_steps, identity_refine, identity_check), keys, **controls)
-        return self.decode(z_anon), z_anon
+        code = self.encode_cached(x, refine_steps, identity_refine, identity_check)
+        u_anon = self.anonymized_code(self.identity_code(code), keys, **controls)
+        code_anon = self.with_identity(code, u_anon, keys)
+        y = self.decode(code_anon)
+        self._remember_anonymized(y, code_anon, refine_steps, identity_refine, identity_check)
+        return y, u_anon
 
     @property
     def anonymized_code_scale(self) -> float:
         """c > 0: anonymized codes are the keyed transform's output times c (module docstring)."""
-        scale = float(self.config.get("anonymized_code_scale", 1.0))
+        scale = float(self.config.get("anonymized_code_scale", 1.0)) if self.wplus is None else float((self.config.get("wplus") or {}).get("code_scale", 1.0))
         if not scale > 0:
             raise ValueError(f"anonymized_code_scale must be > 0, got {scale}")
         return scale
@@ -221,27 +347,38 @@ class LatentDemoMethod(NeuralMethod):
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
 
-    def anonymized_latents(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
-        """z_anon ``[N,100]`` of anonymized faces ``y``: the carried code where one came with the face
-        (:mod:`zoo.carrier`), else the GAN inversion of its pixels times c (it comes back at the
-        inversion's radius, not at the anonymized code's; module docstring)."""
+    def anonymized_codes(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """(code, u_anon ``[N,100]``) of anonymized faces ``y``. u_anon: the carried code where one came with the
+        face (:mod:`zoo.carrier`), else read from the face's inversion (times c on the DCGAN: the inversion
+        returns codes at its own radius, module docstring). code: on W+, the inversion of ``y`` (what the
+        face keeps besides identity comes from its pixels); on the DCGAN, u_anon itself."""
         carried = list(carried) if carried is not None else [None] * y.shape[0]
         missing = [i for i, c in enumerate(carried) if c is None]
-        z = torch.empty(y.shape[0], self.components["generator"].latent_dim, device=y.device, dtype=y.dtype)
-        if missing:
-            z[missing] = self.encode(y[missing], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
+        u = torch.empty(y.shape[0], self.code_dim, device=y.device, dtype=y.dtype)
+        code = None
+        if self.wplus is not None:
+            code = self.encode_cached(y, refine_steps, identity_refine, identity_check)
+            if missing:
+                u[missing] = self.identity_code(code[missing])
+        elif missing:
+            u[missing] = self.encode(y[missing], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
         for i, c in enumerate(carried):
             if c is not None:
-                z[i] = torch.as_tensor(c, dtype=y.dtype, device=y.device)
-        return z
+                u[i] = torch.as_tensor(c, dtype=y.dtype, device=y.device)
+        return (u if code is None else code), u
+
+    @property
+    def code_dim(self) -> int:
+        """Size of the identity code (100)."""
+        return int(self.components["generator"].latent_dim) if self.wplus is None else self.wplus.identity.dim
 
     def recover_faces(
         self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None,
         identity_refine: float | None = None, identity_check: float | None = None, **controls: Any
     ) -> torch.Tensor:
         self._check_keys(y, keys)
-        z_anon = self.anonymized_latents(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check))
-        return self.decode(self.recovered_code(z_anon, keys, **controls))
+        code, u_anon = self.anonymized_codes(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check))
+        return self.decode(self.with_identity(code, self.recovered_code(u_anon, keys, **controls), keys, inverse=True))
 
     def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""

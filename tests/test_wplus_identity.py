@@ -1,0 +1,137 @@
+"""The identity code of W+ latents (zoo.nn.wplus_identity) and the demo tier's W+ latent space."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from zoo.nn.mobilestylegan import NUM_SLOTS, STYLE_DIM
+from zoo.nn.wplus_identity import DEVIATION_SLOTS, IDENTITY_SLOTS, WPlusIdentity, identity_basis_dir, load_wplus_identity
+
+
+def _toy(k: int = 6, big_k: int = 9, seed: int = 0) -> WPlusIdentity:
+    gen = torch.Generator().manual_seed(seed)
+    U = torch.linalg.qr(torch.randn(STYLE_DIM, big_k, generator=gen))[0]
+    sigma = torch.rand(big_k, generator=gen) + 0.5
+    Q = torch.linalg.qr(torch.randn(big_k, k, generator=gen))[0]
+    return WPlusIdentity((U / sigma) @ Q, (U * sigma) @ Q, U, torch.randn(STYLE_DIM, generator=gen))
+
+
+def _rotations(ident: WPlusIdentity, n: int, seed: int):
+    gen = torch.Generator().manual_seed(seed)
+    return ident.rotations(torch.randn(n, STYLE_DIM * STYLE_DIM, generator=gen), torch.randn(n, ident.complement_dim**2, generator=gen))
+
+
+def _wplus(n: int = 3, seed: int = 1) -> torch.Tensor:
+    return torch.randn(n, NUM_SLOTS, STYLE_DIM, generator=torch.Generator().manual_seed(seed))
+
+
+def test_with_code_sets_the_code_and_the_right_rotations_undo_it():
+    ident = _toy()
+    w = _wplus()
+    u = ident.code(w)
+    u_new = torch.randn_like(u)
+    rot = _rotations(ident, w.shape[0], 2)
+    edited = ident.with_code(w, u_new, *rot)
+    assert torch.allclose(ident.code(edited), u_new, atol=1e-4)
+    back = ident.with_code(edited, u, *rot, inverse=True)
+    assert torch.allclose(back, w, atol=1e-4)
+    # other rotations (a wrong key) leave the deviations and the residual scrambled
+    wrong = ident.with_code(edited, u, *_rotations(ident, w.shape[0], 3), inverse=True)
+    assert torch.allclose(ident.code(wrong), u, atol=1e-4)
+    assert (wrong - w).abs().mean() > 0.5
+    # without rotations only the identity code changes
+    plain = ident.with_code(w, u_new)
+    assert torch.allclose(ident.with_code(plain, u), w, atol=1e-4)
+
+
+def test_rotations_are_orthogonal():
+    ident = _toy()
+    r, rc = _rotations(ident, 2, 4)
+    assert torch.allclose(r @ r.transpose(1, 2), torch.eye(STYLE_DIM).expand(2, -1, -1), atol=1e-4)
+    assert torch.allclose(rc @ rc.transpose(1, 2), torch.eye(ident.complement_dim).expand(2, -1, -1), atol=1e-4)
+
+
+def test_slots_outside_the_deviation_slots_are_untouched():
+    ident = _toy()
+    w = _wplus()
+    edited = ident.with_code(w, torch.randn(w.shape[0], ident.dim), *_rotations(ident, w.shape[0], 5))
+    others = [s for s in range(NUM_SLOTS) if s not in DEVIATION_SLOTS]
+    assert torch.equal(edited[:, others], w[:, others])
+    assert not torch.equal(edited[:, list(IDENTITY_SLOTS)], w[:, list(IDENTITY_SLOTS)])
+
+
+def test_bad_shapes_are_refused():
+    ident = _toy()
+    with pytest.raises(ValueError, match="W\\+ must be"):
+        ident.code(torch.zeros(2, 5, STYLE_DIM))
+    with pytest.raises(ValueError, match="identity code must be"):
+        ident.with_code(_wplus(2), torch.zeros(2, ident.dim + 1))
+    with pytest.raises(ValueError, match="identity slots"):
+        WPlusIdentity(ident.code_matrix, ident.edit_matrix, ident.span, ident.w_mean, slots=(30,))
+
+
+def _shipped():
+    if not (identity_basis_dir() / "basis.safetensors").is_file():
+        pytest.skip("no shipped identity basis")
+    return load_wplus_identity()
+
+
+def test_shipped_basis_is_whitened_for_the_generators_faces():
+    """u of the generator's own faces is about N(0, I): what the keyed transforms were trained on."""
+    from zoo.nn.mobilestylegan import load_mobilestylegan
+
+    ident = _shipped()
+    g = load_mobilestylegan()
+    with torch.no_grad():
+        w = g.style(torch.randn(2048, STYLE_DIM, generator=torch.Generator().manual_seed(3)))
+        u = ident.code(w[:, None].expand(-1, NUM_SLOTS, -1))
+    assert ident.dim == 100
+    assert u.mean(0).abs().max() < 0.25
+    var = u.var(0)
+    assert 0.75 < float(var.mean()) < 1.25
+    assert float(var.min()) > 0.4 and float(var.max()) < 2.0
+    # the code and edit matrices are inverse to each other
+    assert torch.allclose(ident.code_matrix.T @ ident.edit_matrix, torch.eye(ident.dim), atol=1e-3)
+
+
+@pytest.fixture(scope="module")
+def personal_wplus():
+    from zoo import load
+
+    _shipped()
+    return load("personal", latent_space="wplus", device="cpu")
+
+
+def test_demo_method_on_wplus_keeps_the_rest_of_the_face_and_inverts_exactly(personal_wplus):
+    """The keyed transform edits only the identity code; the right key gives the original W+ back exactly,
+    a wrong key does not."""
+    m = personal_wplus
+    assert m.resolution == 256 and m.wplus is not None
+    g = m.wplus.generator
+    with torch.no_grad():
+        code = g.style(torch.randn(2, STYLE_DIM, generator=torch.Generator().manual_seed(5)), 0.8)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+        keys = m.face_keys(m.run_secret("right"), 2)
+        u_anon = m.anonymized_code(m.identity_code(code), keys)
+        anon = m.with_identity(code, u_anon, keys)
+        back = m.with_identity(anon, m.recovered_code(u_anon, keys), keys, inverse=True)
+        wrong_keys = [k.wrong_key() for k in keys]
+        wrong = m.with_identity(anon, m.recovered_code(u_anon, wrong_keys), wrong_keys, inverse=True)
+    assert torch.allclose(back, code, atol=1e-3)
+    assert (wrong - code).abs().amax() > 0.5
+    assert (u_anon - m.identity_code(code)).norm(dim=1).min() > 5.0  # |u| ~ 10: the identity moved far
+    others = [s for s in range(NUM_SLOTS) if s not in DEVIATION_SLOTS]
+    assert torch.equal(anon[:, others], code[:, others])
+
+
+def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(personal_wplus):
+    m = personal_wplus
+    g = m.wplus.generator
+    with torch.no_grad():
+        x = g.generate(torch.randn(1, STYLE_DIM, generator=torch.Generator().manual_seed(9)), 0.7, size=256).clamp(-1, 1)
+        keys = m.face_keys(m.run_secret("k"), 1)
+        y, u_anon = m.anonymize_faces_carrying(x, keys, refine_steps=0)
+        rec = m.recover_faces(y, keys, refine_steps=0, carried=[u_anon[0].numpy()])
+    assert y.shape == x.shape == rec.shape and u_anon.shape == (1, 100)
+    assert torch.isfinite(y).all() and torch.isfinite(rec).all()
+    assert (y - x).abs().mean() > 0.02  # a different face

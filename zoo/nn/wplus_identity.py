@@ -1,0 +1,241 @@
+"""The identity code of a W+ latent of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`).
+
+A face's W+ ``[N,23,512]`` is split into what the keyed identity transforms of the reversible methods edit
+and what they keep::
+
+    m = mean over the identity slots S of (W+[s] - w_mean)      [N,512]
+    x = U^T m / sigma                                           [N,K]  whitened principal coordinates
+    u = Q^T x                                                   [N,k]  the identity code (~N(0, I), k = 100)
+    r = m - U U^T m                                             [N,512] the rest of the identity slots' mean
+
+U ``[512,K]`` holds the K leading principal directions of the generator's style w = mapping(z), sigma ``[K]``
+their standard deviations, w_mean the sample mean. The head's pose moves with a few of those coordinates
+(:func:`pose_sensitivity`: the change of yaw, pitch and roll per sigma of each direction, added in the slots
+S): Q ``[K,k]`` spans what is orthogonal to those pose gradients (k = K - 3), so an edit of u leaves the
+pose unchanged to first order. Slots outside S (pose and face shape in the coarse slots, colour and texture
+in the fine ones) are never touched. Stored as ``code_matrix`` = U diag(1/sigma) Q ``[512,k]`` and
+``edit_matrix`` = U diag(sigma) Q ``[512,k]`` (code_matrix^T edit_matrix = I) and U (``span``).
+
+:meth:`WPlusIdentity.with_code` gives a face the identity code ``u_new``, and scrambles what else of the identity
+the slots hold with two keyed rotations (orthogonal matrices from the face's key)::
+
+    m'  = m + edit_matrix (u_new - u) - r + C R_c C^T r       C ``[512,512-K]``: the complement of U
+    W+[s] = w_mean + m' + R d_s                                for s in D (the deviation slots, D >= S)
+
+where d_s = W+[s] - w_mean - m is each slot's own deviation. The generator's own faces have one style in
+every slot (d_s = 0); an inverted real face keeps much of its identity in the deviations and the residual
+(with u alone edited, SFace still matched 6 of 6 tuning faces). A key-free change of them (negation) would be
+undone by anyone who knows the method, so they are rotated with the key: the same call with R^T, R_c^T
+(``inverse=True``) and the original u returns the original W+ exactly; a wrong key scrambles them again.
+"""
+
+from __future__ import annotations
+
+import json
+from functools import lru_cache
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import torch
+
+from .mobilestylegan import NUM_SLOTS, STYLE_DIM
+
+__all__ = ["DEVIATION_SLOTS", "IDENTITY_SLOTS", "WPlusIdentity", "build_identity_basis", "identity_basis_dir", "load_wplus_identity", "pose_sensitivity", "principal_directions"]
+
+#: W+ slots 4-12: the 16, 32 and 64 px blocks (slot s draws at :data:`~zoo.nn.mobilestylegan.SLOT_RESOLUTIONS`)
+IDENTITY_SLOTS = tuple(range(4, 13))
+#: W+ slots whose deviations from the identity slots' mean are rotated with the key: 4-18 (16 to 256 px); the
+#: coarse slots 0-3 hold the pose, and the 512 px / 1024 px slots do not reach a 256 px face
+DEVIATION_SLOTS = tuple(range(4, 19))
+
+
+def identity_basis_dir() -> Path:
+    """``zoo/weights/wplus_identity``: the shipped basis (safetensors + config.json)."""
+    return Path(__file__).resolve().parent.parent / "weights" / "wplus_identity"
+
+
+class WPlusIdentity(torch.nn.Module):
+    """Identity code of W+ latents (module docstring). Buffers: ``code_matrix [512,k]``, ``edit_matrix [512,k]``,
+    ``span [512,K]``, ``w_mean [512]``."""
+
+    def __init__(self, code_matrix: torch.Tensor, edit_matrix: torch.Tensor, span: torch.Tensor, w_mean: torch.Tensor,
+                 slots: Sequence[int] = IDENTITY_SLOTS, deviation_slots: Sequence[int] = DEVIATION_SLOTS):
+        super().__init__()
+        k = code_matrix.shape[-1]
+        if code_matrix.shape != (STYLE_DIM, k) or edit_matrix.shape != (STYLE_DIM, k) or span.ndim != 2 or span.shape[0] != STYLE_DIM or w_mean.shape != (STYLE_DIM,):
+            raise ValueError(f"code/edit matrices must be [{STYLE_DIM},k], span [{STYLE_DIM},K], w_mean [{STYLE_DIM}]; got "
+                             f"{list(code_matrix.shape)}, {list(edit_matrix.shape)}, {list(span.shape)}, {list(w_mean.shape)}")
+        if not slots or min(slots) < 0 or max(slots) >= NUM_SLOTS:
+            raise ValueError(f"identity slots must be in 0..{NUM_SLOTS - 1}, got {list(slots)}")
+        self.register_buffer("code_matrix", code_matrix.float())
+        self.register_buffer("edit_matrix", edit_matrix.float())
+        self.register_buffer("span", span.float())
+        self.register_buffer("w_mean", w_mean.float())
+        # an orthonormal basis of what U leaves out (QR of [U, I]: the same wherever it is computed from the same U)
+        full = torch.linalg.qr(torch.cat([span.double(), torch.eye(STYLE_DIM, dtype=torch.float64)], 1))[0]
+        self.register_buffer("complement", full[:, span.shape[1] : STYLE_DIM].float())
+        self.slots = tuple(int(s) for s in slots)
+        self.deviation_slots = tuple(sorted(set(int(s) for s in deviation_slots) | set(self.slots)))
+        if max(self.deviation_slots) >= NUM_SLOTS:
+            raise ValueError(f"deviation slots must be in 0..{NUM_SLOTS - 1}, got {list(deviation_slots)}")
+
+    @property
+    def dim(self) -> int:
+        return int(self.code_matrix.shape[1])
+
+    def _mean(self, wplus: torch.Tensor) -> torch.Tensor:
+        if wplus.ndim != 3 or wplus.shape[1:] != (NUM_SLOTS, STYLE_DIM):
+            raise ValueError(f"W+ must be [N,{NUM_SLOTS},{STYLE_DIM}], got {list(wplus.shape)}")
+        return wplus[:, list(self.slots)].mean(1) - self.w_mean.to(wplus)
+
+    def code(self, wplus: torch.Tensor) -> torch.Tensor:
+        """W+ ``[N,23,512]`` -> identity code u ``[N,k]`` (about N(0, I) for the generator's own faces)."""
+        return self._mean(wplus) @ self.code_matrix.to(wplus)
+
+    @property
+    def complement_dim(self) -> int:
+        return int(self.complement.shape[1])
+
+    def rotations(self, normals: torch.Tensor, residual_normals: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Keyed rotations (R ``[N,512,512]``, R_c ``[N,c,c]``) from standard-normal draws ``[N,512*512]`` and
+        ``[N,c*c]`` (c = :attr:`complement_dim`): Q of their QR, with R's diagonal made positive."""
+
+        def orthogonal(a: torch.Tensor, n: int) -> torch.Tensor:
+            q, r = torch.linalg.qr(a.double().view(-1, n, n))
+            return (q * torch.sign(torch.diagonal(r, dim1=1, dim2=2))[:, None, :]).float()
+
+        return orthogonal(normals, STYLE_DIM), orthogonal(residual_normals, self.complement_dim)
+
+    def with_code(self, wplus: torch.Tensor, u_new: torch.Tensor, rotation: torch.Tensor | None = None,
+                  residual_rotation: torch.Tensor | None = None, inverse: bool = False) -> torch.Tensor:
+        """W+ with identity code ``u_new [N,k]``, its deviations and residual rotated (module docstring; no
+        rotation given: left as they are). ``inverse``: rotate with the transposes (the recovery)."""
+        m = self._mean(wplus)
+        u = m @ self.code_matrix.to(wplus)
+        if u_new.shape != u.shape:
+            raise ValueError(f"identity code must be {list(u.shape)}, got {list(u_new.shape)}")
+        m_new = m + (u_new.to(u) - u) @ self.edit_matrix.to(wplus).T
+        if residual_rotation is not None:
+            comp = self.complement.to(wplus)
+            rc = m @ comp
+            rot = residual_rotation.to(wplus).transpose(1, 2) if inverse else residual_rotation.to(wplus)
+            m_new = m_new + (torch.einsum("nc,ncd->nd", rc, rot) - rc) @ comp.T
+        out = wplus.clone()
+        slots = list(self.deviation_slots)
+        dev = wplus[:, slots] - self.w_mean.to(wplus) - m[:, None]
+        if rotation is not None:
+            rot = rotation.to(wplus).transpose(1, 2) if inverse else rotation.to(wplus)
+            dev = torch.einsum("nsd,nde->nse", dev, rot)
+        out[:, slots] = self.w_mean.to(wplus) + m_new[:, None] + dev
+        return out
+
+
+@torch.no_grad()
+def principal_directions(mapping: torch.nn.Module, n: int = 20000, seed: int = 0) -> dict[str, torch.Tensor]:
+    """All 512 principal directions of w = mapping(z), z ~ N(0, I) (``n`` samples, float64), by decreasing
+    variance: ``directions [512,512]`` (columns; each column's largest-magnitude entry positive, so they are
+    the same wherever they are computed), ``sigma [512]``, ``w_mean [512]``."""
+    gen = torch.Generator().manual_seed(seed)
+    ws = torch.cat([mapping(torch.randn(min(4096, n - i), STYLE_DIM, generator=gen)) for i in range(0, n, 4096)]).double()
+    mean = ws.mean(0)
+    cov = (ws - mean).T @ (ws - mean) / (len(ws) - 1)
+    evals, evecs = torch.linalg.eigh(cov)
+    order = torch.argsort(evals, descending=True)
+    vecs = evecs[:, order]
+    signs = torch.sign(vecs.gather(0, vecs.abs().argmax(0, keepdim=True)))
+    return {"directions": vecs * signs, "sigma": evals[order].clamp_min(1e-12).sqrt(), "w_mean": mean}
+
+
+@torch.no_grad()
+def pose_sensitivity(generator, directions: torch.Tensor, sigma: torch.Tensor, slots: Sequence[int] = IDENTITY_SLOTS, faces: int = 4, amplitude: float = 2.5, seed: int = 21) -> torch.Tensor:
+    """Head-pose gradient ``[D,3]``: (yaw, pitch, roll) change in degrees per sigma of each direction (columns of
+    ``directions [512,D]``), from the faces drawn with it added at +amplitude sigma and at -amplitude sigma in
+    ``slots``, averaged over ``faces`` generated faces (truncation 0.7); 256 px, 68 dlib landmarks + solvePnP."""
+    from ..face3d.landmarks import detect_landmarks68, head_pose
+    from ..pipeline import ffhq_template
+
+    template = ffhq_template(256)
+    gen = torch.Generator().manual_seed(seed)
+    w = generator.style(torch.randn(faces, STYLE_DIM, generator=gen), 0.7)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+    out = []
+    for k in range(directions.shape[1]):
+        step = (directions[:, k] * sigma[k] * amplitude).float()
+        wp = torch.cat([w, w])
+        wp[:faces, list(slots)] += step
+        wp[faces:, list(slots)] -= step
+        images = ((generator.synthesis(wp, 256).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+        poses = torch.as_tensor(np.array([head_pose(detect_landmarks68(im, template), im.shape[:2]) for im in images]))
+        out.append(((poses[:faces] - poses[faces:] + 180) % 360 - 180).mean(0) / (2 * amplitude))
+    return torch.stack(out)
+
+
+def build_identity_basis(generator, k: int = 100, n: int = 20000, seed: int = 0, slots: Sequence[int] = IDENTITY_SLOTS) -> tuple[dict[str, torch.Tensor], dict]:
+    """The identity basis (module docstring) from K = k + 3 principal directions, all probed for their pose
+    gradient. Returns (tensors for the basis file, a summary for its config)."""
+    pcs = principal_directions(generator.mapping, n, seed)
+    big_k = k + 3
+    U, sigma = pcs["directions"][:, :big_k], pcs["sigma"][:big_k]
+    grad = pose_sensitivity(generator, U, sigma, slots).double()  # [K,3] degrees per sigma
+    pose = torch.linalg.qr(grad)[0]  # [K,3] orthonormal pose gradients in whitened coordinates
+    full = torch.linalg.qr(torch.cat([pose, torch.eye(big_k, dtype=pose.dtype)], 1))[0]  # pose first, then the rest
+    Q = full[:, 3:big_k]
+    Q = Q * torch.sign(Q.gather(0, Q.abs().argmax(0, keepdim=True)))
+    tensors = {
+        "code_matrix": (U / sigma) @ Q, "edit_matrix": (U * sigma) @ Q, "span": U, "w_mean": pcs["w_mean"],
+    }
+    summary = {
+        "pose_gradient_deg_per_sigma": {str(i): [round(float(v), 2) for v in grad[i]] for i in range(big_k)},
+        "explained_variance": round(float((sigma**2).sum() / (pcs["sigma"] ** 2).sum()), 4),
+    }
+    return {name: v.float() for name, v in tensors.items()}, summary
+
+
+@lru_cache(maxsize=4)
+def load_wplus_identity(folder: str | None = None) -> WPlusIdentity:
+    """The basis in ``folder`` (default: the shipped ``zoo/weights/wplus_identity``) as a :class:`WPlusIdentity`
+    on the CPU, with the identity slots its config.json names."""
+    from safetensors.torch import load_file
+
+    path = Path(folder) if folder else identity_basis_dir()
+    f = path / "basis.safetensors"
+    if not f.is_file():
+        raise FileNotFoundError(f"no identity basis at {path}: run `python -m zoo.nn.wplus_identity`")
+    slots = tuple(json.loads((path / "config.json").read_text()).get("identity_slots", IDENTITY_SLOTS))
+    t = load_file(str(f))
+    return WPlusIdentity(t["code_matrix"], t["edit_matrix"], t["span"], t["w_mean"], slots).eval()
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Build the shipped basis from the converted generator (about 4 minutes on 2 cores)."""
+    import argparse
+
+    from safetensors.torch import save_file
+
+    from .mobilestylegan import load_mobilestylegan
+
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("--slots", default=f"{IDENTITY_SLOTS[0]}-{IDENTITY_SLOTS[-1]}", help="first-last identity slot")
+    p.add_argument("--out", type=Path, default=identity_basis_dir())
+    args = p.parse_args(argv)
+    first, last = (int(v) for v in args.slots.split("-"))
+    slots = tuple(range(first, last + 1))
+    g = load_mobilestylegan("cpu")
+    settings = {"k": 100, "n": 20000, "seed": 0}
+    with torch.no_grad():
+        tensors, summary = build_identity_basis(g, **settings, slots=slots)
+    folder = args.out
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file({name: v.contiguous() for name, v in tensors.items()}, str(folder / "basis.safetensors"))
+    config = {
+        "what": "identity basis of W+ for the keyed identity transforms (zoo.nn.wplus_identity)",
+        "generator": "MobileStyleGAN (random-face wheel, converted)",
+        "identity_slots": list(slots), **settings, **summary,
+        "built_by": "python -m zoo.nn.wplus_identity",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    print(json.dumps({k: v for k, v in config.items() if k != "pose_gradient_deg_per_sigma"}))
+
+
+if __name__ == "__main__":
+    main()
