@@ -135,3 +135,38 @@ def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(person
     assert y.shape == x.shape == rec.shape and u_anon.shape == (1, 100)
     assert torch.isfinite(y).all() and torch.isfinite(rec).all()
     assert (y - x).abs().mean() > 0.02  # a different face
+
+
+@pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])
+def test_shipped_reversible_methods_default_to_wplus(name, monkeypatch):
+    from zoo import load
+
+    monkeypatch.delenv("ZOO_LATENT_SPACE", raising=False)
+    m = load(name, device="cpu")
+    assert m.latent_space == "wplus" and m.resolution == 256
+    assert "FFHQ-grade" in m.weights.label
+    fast = load(name, device="cpu", latent_space="dcgan")
+    assert fast.latent_space == "dcgan" and fast.resolution == 64 and fast.wplus is None
+
+
+@pytest.mark.slow
+def test_default_wplus_anonymizes_a_real_photo_and_recovers_it(astronaut_rgb, monkeypatch):
+    """The default path end to end on a real portrait: the face is replaced or, where the guard still finds the
+    person, blurred (never returned untouched); the report lists it; the right key's recovery runs."""
+    import numpy as np
+
+    from zoo import load
+
+    monkeypatch.delenv("ZOO_LATENT_SPACE", raising=False)
+    m = load("personal", device="cpu")
+    result = m.anonymize(astronaut_rgb, key="a key")
+    report = result.report()
+    assert report["faces_found"] == 1
+    face = report["faces"][0]
+    assert face["status"] in ("processed", "guard_blur")
+    assert face["status"] == "guard_blur" or face["latent_carried"]
+    x0, y0, x1, y1 = (int(round(v)) for v in face["box"])
+    out = np.asarray(result)
+    assert np.abs(out[y0:y1, x0:x1].astype(int) - astronaut_rgb[y0:y1, x0:x1]).mean() > 5
+    rec = np.asarray(m.recover(out, key="a key"))
+    assert rec.shape == astronaut_rgb.shape

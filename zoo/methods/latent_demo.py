@@ -341,8 +341,11 @@ class LatentDemoMethod(NeuralMethod):
         return self.edit_latent(z, keys, **controls) * self.anonymized_code_scale
 
     def recovered_code(self, z_anon: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
-        """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code."""
-        return self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
+        """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code. Each coordinate is
+        kept within +-8 (8 sigma of the codes' prior; non-finite values become 0): with a wrong key, or a code read
+        back from a re-inverted face, a flow's inverse can overflow (iFADIT on W+: non-finite faces on real photos)."""
+        z = self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
+        return torch.nan_to_num(z, nan=0.0, posinf=8.0, neginf=-8.0).clamp(-8.0, 8.0)
 
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
