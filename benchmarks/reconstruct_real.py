@@ -48,7 +48,23 @@ PHOTOS = {
 }
 
 
-def _rate(k: int, n: int) -> dict:
+def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarray]]:
+    """(photo, split, face index, FFHQ-aligned uint8 crop [size,size,3]) for every detected face of :data:`PHOTOS`;
+    a photo whose package is not installed is skipped (and said so)."""
+    faces = []
+    for name, (split, parts) in PHOTOS.items():
+        path = package_file(*parts)
+        if path is None:
+            print(f"skipped {name}: {parts[0]} not installed")
+            continue
+        rgb, _ = load_image(path)
+        for i, face in enumerate(detect_faces(rgb)):
+            faces.append((name, split, i, align_face(rgb, face.landmarks, size).crop))
+    return faces
+
+
+def rate(k: int, n: int) -> dict:
+    """k of n with its 95% Wilson interval, as the results files write it."""
     lo, hi = wilson_interval(k, n)
     return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "95ci": [round(lo, 3), round(hi, 3)]}
 
@@ -83,15 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = sorted(int(s) for s in args.steps.split(","))
     g, sface, dlib = load_mobilestylegan(), load_sface(), get_judge("dlib")
     mask = face_mask(ALIGN_SIZE) > 0.5
-    faces = []  # (photo, split, index, aligned crop uint8)
-    for name, (split, parts) in PHOTOS.items():
-        path = package_file(*parts)
-        if path is None:
-            print(f"skipped {name}: {parts[0]} not installed")
-            continue
-        rgb, _ = load_image(path)
-        for i, face in enumerate(detect_faces(rgb)):
-            faces.append((name, split, i, align_face(rgb, face.landmarks, ALIGN_SIZE).crop))
+    faces = packaged_faces()
     originals = np.stack([f[3] for f in faces])
     orig_dlib = dlib.embed_aligned(originals)
     rows = []
@@ -126,8 +134,8 @@ def main(argv: list[str] | None = None) -> int:
             if not per:
                 continue
             summary.setdefault(split, {})[s] = {
-                "same_person": _rate(sum(x["same_person"] for x in per), len(per)),
-                "nearest_is_own": _rate(sum(x["nearest_is_own"] for x in per), len(per)),
+                "same_person": rate(sum(x["same_person"] for x in per), len(per)),
+                "nearest_is_own": rate(sum(x["nearest_is_own"] for x in per), len(per)),
                 "psnr_face_db_median": round(float(np.median([x["psnr_face_db"] for x in per])), 2),
                 "sface_cosine_median": round(float(np.median([x["sface_cosine"] for x in per])), 3),
                 "seconds_per_face_median": round(float(np.median([x["seconds"] for x in per])), 1),

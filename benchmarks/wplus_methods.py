@@ -32,25 +32,22 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.real_photos import package_file
-from benchmarks.reconstruct_real import PHOTOS
+from benchmarks.reconstruct_real import packaged_faces, rate
 from benchmarks.report import command_line, write_results
-from training.evaluate import wilson_interval
 from zoo import load
 from zoo.face3d.landmarks import detect_landmarks68, head_pose
-from zoo.imageio import from_tensor, load_image, to_tensor
+from zoo.imageio import from_tensor, to_tensor
 from zoo.judges import get_judge
-from zoo.pipeline import align_face, detect_faces, face_mask, ffhq_template
+from zoo.pipeline import face_mask, ffhq_template
 
 OUT = Path(__file__).resolve().parent / "results" / "wplus_methods"
 METHODS = ("dbaf", "hford", "ifadit", "personal")
 
 
 def _rate(flags) -> dict:
+    """:func:`benchmarks.reconstruct_real.rate` of a sequence of yes/no outcomes."""
     flags = [bool(f) for f in flags]
-    k, n = sum(flags), len(flags)
-    lo, hi = wilson_interval(k, n)
-    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "95ci": [round(lo, 3), round(hi, 3)]}
+    return rate(sum(flags), len(flags))
 
 
 def _yaw(crops: np.ndarray) -> np.ndarray:
@@ -61,20 +58,6 @@ def _yaw(crops: np.ndarray) -> np.ndarray:
 def _psnr(a: np.ndarray, b: np.ndarray, mask: np.ndarray) -> np.ndarray:
     err = (a.astype(np.float64) - b.astype(np.float64))[:, mask]
     return 10 * np.log10(255.0**2 / np.maximum((err**2).reshape(len(a), -1).mean(1), 1e-9))
-
-
-def real_faces() -> list[tuple[str, str, np.ndarray]]:
-    """(split, "photo:index", FFHQ-aligned uint8 [256,256,3]) for every detected face of the packaged photos."""
-    out = []
-    for name, (split, parts) in PHOTOS.items():
-        path = package_file(*parts)
-        if path is None:
-            print(f"skipped {name}: {parts[0]} not installed")
-            continue
-        rgb, _ = load_image(path)
-        for i, face in enumerate(detect_faces(rgb)):
-            out.append((split, f"{name}:{i}", align_face(rgb, face.landmarks, 256).crop))
-    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,16 +85,16 @@ def main(argv: list[str] | None = None) -> int:
         w = g.style(torch.randn(args.generated, 512, generator=gen), 0.8)[:, None].expand(-1, 23, -1).contiguous()
         images = torch.cat([g.synthesis(w[i : i + 8], 256) for i in range(0, len(w), 8)])
     sets["generated"] = {"names": [f"seed5e6+{i}" for i in range(len(w))], "crops": from_tensor(images), "codes": w, "steps": 0}
-    real = real_faces()
+    real = packaged_faces()
     for split in ("tuning", "held-out"):
-        rows = [r for r in real if r[0] == split]
+        rows = [r for r in real if r[1] == split]
         if not rows:
             continue
-        crops = np.stack([r[2] for r in rows])
+        crops = np.stack([r[3] for r in rows])
         t0 = time.perf_counter()
         weight, check = first.identity_controls(None, None)
         codes = torch.cat([first.encode(to_tensor(c[None]), args.steps, weight, check) for c in crops])
-        sets[split] = {"names": [r[1] for r in rows], "crops": crops, "codes": codes, "steps": args.steps,
+        sets[split] = {"names": [f"{r[0]}:{r[2]}" for r in rows], "crops": crops, "codes": codes, "steps": args.steps,
                        "inversion_s_per_face": round((time.perf_counter() - t0) / len(rows), 2)}
         print(f"{split}: {len(rows)} faces inverted, {sets[split]['inversion_s_per_face']} s/face", flush=True)
 

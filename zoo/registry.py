@@ -6,11 +6,10 @@ works; nothing half-built is listed.
 
 from __future__ import annotations
 
-import os
-
 import importlib
 import json
 import logging
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any

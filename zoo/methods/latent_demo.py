@@ -76,11 +76,10 @@ class WPlusLatents:
 
     resolution = 256
 
-    def __init__(self, settings: dict[str, Any] | None = None):
+    def __init__(self):
         from ..nn.mobilestylegan import load_mobilestylegan
         from ..nn.wplus_identity import load_wplus_identity
 
-        self.settings = dict(settings or {})
         self.generator = load_mobilestylegan()
         self.identity = load_wplus_identity()
 
@@ -167,7 +166,7 @@ class LatentDemoMethod(NeuralMethod):
         if self.latent_space != "wplus":
             return None
         if "_wplus" not in self.__dict__:
-            self._wplus = WPlusLatents(self.config.get("wplus"))
+            self._wplus = WPlusLatents()
         return self._wplus
 
     def identity_code(self, code: torch.Tensor) -> torch.Tensor:
@@ -264,9 +263,11 @@ class LatentDemoMethod(NeuralMethod):
                     self.__dict__.pop("_code_cache", None)
 
     @staticmethod
-    def _code_rows(x: torch.Tensor, setting: bytes) -> list[bytes]:
+    def _code_rows(x: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float) -> list[bytes]:
+        """Cache keys of the code cache: each face's pixels and the inversion settings."""
         import hashlib
 
+        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
         return [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + setting, digest_size=16).digest() for i in range(x.shape[0])]
 
     def _scope_cache(self):
@@ -293,8 +294,7 @@ class LatentDemoMethod(NeuralMethod):
         cache = self._scope_cache()
         if cache is None:
             return self.encode(x, refine_steps, identity_refine, identity_check)
-        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
-        rows = self._code_rows(x, setting)
+        rows = self._code_rows(x, refine_steps, identity_refine, identity_check)
         with self._code_lock:
             known = {r: cache[r] for r in rows if r in cache}
         missing = [i for i, r in enumerate(rows) if r not in known]
@@ -314,8 +314,7 @@ class LatentDemoMethod(NeuralMethod):
         from ..imageio import from_tensor, to_tensor
 
         saved = to_tensor(from_tensor(y.detach().float().cpu()), self.resolution)
-        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
-        self._remember(cache, self._code_rows(saved, setting), codes)
+        self._remember(cache, self._code_rows(saved, refine_steps, identity_refine, identity_check), codes)
 
     def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any):
         """(X_anon ``[N,3,R,R]``, u_anon ``[N,100]``): the face and the identity code the carrier writes into it."""
