@@ -31,6 +31,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar, Iterable, Sequence
 
+import cv2
 import numpy as np
 import torch
 from PIL import Image
@@ -87,6 +88,7 @@ class FaceRecord:
     latent_carried: bool | None = None  # demo tier: the anonymized code rode in the image (zoo.carrier)
     guard: dict | None = None  # privacy guard (zoo.guard): SFace and FaceRes distances, key variant kept, blurred or not
     action: str | None = None  # what was done to the face in photo pixels (methods with anonymize_in_photo)
+    composite: dict | None = None  # how the new face was put into the photo (zoo.compositing): mask, colour, sharpness, blend
 
 
 @dataclass
@@ -148,6 +150,9 @@ class DeidMethod:
     #: reversible keyed methods: the guard also recovers each candidate with one stand-in wrong key and accepts it
     #: only if neither recognizer knows the person in that recovery either (:meth:`_wrong_key_probe`)
     guard_wrong_key_check: ClassVar[bool] = True
+    #: the method draws a new face (generative): its output goes through :mod:`zoo.compositing` (face-mesh mask,
+    #: colour, grain, blend). Methods whose recovery reads the output pixels back keep the plain paste.
+    draws_new_face: ClassVar[bool] = False
     #: native aligned-crop size in pixels (instances may override from their config)
     resolution: int = 256
     #: batch size for aligned faces inside one call
@@ -545,7 +550,8 @@ class DeidMethod:
             aligned_faces, outs, errors, latents = aligned_all[sl], outs_all[sl], errors_all[sl], latents_all[sl]
             variants, checks = variants_all[sl], checks_all[sl]
             pos += n
-            canvas = _compose(rgb, fr_faces, [a.matrix for a in aligned_faces], outs)
+            infos: list = []
+            canvas = _compose(rgb, fr_faces, [a.matrix for a in aligned_faces], outs, infos, self.draws_new_face)
             for face, check in zip(fr_faces, checks):
                 if check is not None and check.blurred:
                     canvas = pipeline.blur_face(canvas, face)
@@ -575,6 +581,7 @@ class DeidMethod:
                             key_fingerprint=fingerprint,
                             latent_carried=flags[j],
                             guard=checks[j].as_dict() if checks[j] is not None else None,
+                            composite=infos[j].as_dict() if infos[j] is not None and status == "processed" else None,
                         )
                     )
             results.append((canvas, records))
@@ -615,7 +622,9 @@ class DeidMethod:
                 wanted = [i for i in ids if i in which]
                 if not wanted:
                     continue
-                canvas = _compose(place[ids[0]][0], [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids])
+                canvas = _compose(
+                    place[ids[0]][0], [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids], composite=self.draws_new_face
+                )
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
                 got.update({i: (float(x[0]), float(x[1])) for i, x in zip(wanted, d)})
@@ -713,13 +722,35 @@ class DeidMethod:
         return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text)
 
 
-def _compose(rgb: np.ndarray, faces: Sequence[Any], matrices: Sequence[np.ndarray], outs: Sequence[np.ndarray | None]) -> np.ndarray:
-    """A copy of uint8 ``rgb`` with every output crop pasted back (a face without output is blurred)."""
-    from .. import pipeline
+def _compose(
+    rgb: np.ndarray,
+    faces: Sequence[Any],
+    matrices: Sequence[np.ndarray],
+    outs: Sequence[np.ndarray | None],
+    infos: list | None = None,
+    composite: bool = True,
+) -> np.ndarray:
+    """A copy of uint8 ``rgb`` with every output crop put back: composited (``composite``:
+    :func:`zoo.compositing.composite_face`, mesh mask, colour, grain, blend) or pasted through the 5-point mask;
+    a face without output is blurred. ``infos``, when given, receives one
+    :class:`zoo.compositing.CompositeInfo` (or None) per face."""
+    from .. import compositing, pipeline
 
     canvas = np.array(rgb, dtype=np.uint8, copy=True)
     for face, matrix, out in zip(faces, matrices, outs):
-        canvas = pipeline.paste_back(canvas, out, matrix) if out is not None else pipeline.blur_face(canvas, face)
+        info = None
+        if out is None:
+            canvas = pipeline.blur_face(canvas, face)
+        elif not composite:
+            canvas = pipeline.paste_back(canvas, out, matrix)
+        else:
+            try:
+                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks)
+            except (cv2.error, ValueError, np.linalg.LinAlgError) as e:  # the plain paste still replaces the face
+                log.warning("compositing failed (%s); pasting the face with the 5-point mask", e)
+                canvas = pipeline.paste_back(canvas, out, matrix)
+        if infos is not None:
+            infos.append(info)
     return canvas
 
 
@@ -770,6 +801,7 @@ class NeuralMethod(DeidMethod):
 
     component_names: ClassVar[tuple[str, ...]] = ()
     guard_by_default: ClassVar[bool] = True
+    draws_new_face: ClassVar[bool] = True
 
     def __init__(self, config: dict[str, Any], components: dict[str, torch.nn.Module], extra: dict[str, torch.Tensor] | None = None):
         super().__init__()

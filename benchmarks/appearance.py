@@ -1,0 +1,233 @@
+"""What users see: does each method's new face belong in the photo? Judged by dlib, beside identity.
+
+    python -m benchmarks.appearance [--methods dbaf,hford,ifadit,personal,ideudemon] [--paste] [--sheet PNG]
+
+The packaged real photos of :mod:`benchmarks.reconstruct_real`, split before measuring (``tuning``: t1.jpg, 6 faces;
+``held-out``: astronaut, camera, grace_hopper, Tom Hanks). Every method anonymizes every photo at its defaults
+(key ``appearance``; privacy guard at its default). For each face the original's dlib CNN detector found, at the
+place of that face (all measures use dlib, which no method uses):
+
+* ``detected``: dlib's CNN detector finds a face in the output overlapping the original's box (IoU >= 0.3);
+* ``same``: dlib same person (descriptor distance < 0.6) at the original's place;
+* ``nme``: mean distance of dlib's 68 landmarks, output against original, over the outer-eye-corner distance;
+* ``yaw``: head-pose yaw change in degrees (68 landmarks + solvePnP, :func:`zoo.face3d.landmarks.head_pose`);
+* ``mouth`` / ``eyes``: change of the inner-lip gap and of the eye opening, in outer-eye-corner distances;
+* ``face_de``: CIE76 dE between the mean Lab colours inside the original's 68-landmark hull (jaw and brows);
+* ``ring_de``: the same for the skin ring just outside that hull (from 2% to 8% of the face size);
+* ``sharpness``: Laplacian variance inside the hull, output over original.
+
+``--paste`` measures the plain 5-point paste (compositing off) for comparison. Medians with the tuning and
+held-out splits apart; rates with 95% Wilson intervals. Writes ``benchmarks/results/appearance[_paste].{json,md}``;
+``--sheet`` also draws a contact sheet (original | each method | dbaf recovered with the right key).
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from benchmarks.real_photos import package_file
+from benchmarks.reconstruct_real import PHOTOS, rate
+from benchmarks.report import command_line, write_results
+from zoo.compositing import delta_e, laplacian_variance, mean_lab
+from zoo.face3d.landmarks import head_pose, predict_landmarks68
+from zoo.imageio import load_image
+
+OUT = Path(__file__).resolve().parent / "results" / "appearance"
+KEY = "appearance"
+DEFAULT_METHODS = ("dbaf", "hford", "ifadit", "personal", "ideudemon")
+
+
+class DlibEye:
+    """dlib's CNN face detector, 68-point predictor and face descriptor: the judge of every measure here."""
+
+    def __init__(self) -> None:
+        import dlib
+
+        from zoo.judges import get_judge
+        from zoo.pipeline import _package_dir
+
+        models = Path(_package_dir("face_recognition_models")) / "models"
+        self.cnn = dlib.cnn_face_detection_model_v1(str(models / "mmod_human_face_detector.dat"))
+        self.judge = get_judge("dlib")
+
+    def boxes(self, rgb: np.ndarray) -> list[np.ndarray]:
+        """dlib CNN face boxes [x0, y0, x1, y1] (one upsampling pass for small photos)."""
+        up = 1 if max(rgb.shape[:2]) < 800 else 0
+        return [np.array([d.rect.left(), d.rect.top(), d.rect.right(), d.rect.bottom()], np.float64) for d in self.cnn(np.ascontiguousarray(rgb), up)]
+
+
+def _iou(a: np.ndarray, b: np.ndarray) -> float:
+    x0, y0, x1, y1 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
+    inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / max(union, 1e-9)
+
+
+def _hull_masks(shape: tuple[int, int], lm68: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(face, ring) boolean masks: the hull of jaw (0-16) and brows (17-26), and the ring just outside it."""
+    pts = np.rint(lm68[:27]).astype(np.int32)
+    face = np.zeros(shape, np.uint8)
+    cv2.fillConvexPoly(face, cv2.convexHull(pts), 1)
+    size = float(max(np.ptp(lm68[:, 0]), np.ptp(lm68[:, 1])))
+    dist = cv2.distanceTransform(1 - face, cv2.DIST_L2, 5)
+    ring = (dist > 0.02 * size) & (dist <= 0.08 * size)
+    return face.astype(bool), ring
+
+
+def _openings(lm: np.ndarray) -> tuple[float, float]:
+    """(inner-lip gap, mean eye opening) over the outer-eye-corner distance."""
+    scale = max(float(np.hypot(*(lm[45] - lm[36]))), 1e-6)
+    mouth = float(np.hypot(*(lm[66] - lm[62])))
+    eyes = (np.hypot(*(lm[37] - lm[41])) + np.hypot(*(lm[38] - lm[40])) + np.hypot(*(lm[43] - lm[47])) + np.hypot(*(lm[44] - lm[46]))) / 4
+    return mouth / scale, float(eyes) / scale
+
+
+def measure_face(eye: DlibEye, original: np.ndarray, output: np.ndarray, box: np.ndarray, out_boxes: list[np.ndarray]) -> dict:
+    """Every measure of one face (the original's dlib CNN box ``box``) in ``output``."""
+    from zoo.pipeline import DetectedFace
+
+    b = tuple(int(round(v)) for v in box)
+    lm_in, lm_out = predict_landmarks68(original, b), predict_landmarks68(output, b)
+    scale = max(float(np.hypot(*(lm_in[45] - lm_in[36]))), 1e-6)
+    face, ring = _hull_masks(original.shape[:2], lm_in)
+    pose_in, pose_out = head_pose(lm_in, original.shape[:2]), head_pose(lm_out, original.shape[:2])
+    yaw = float(abs((pose_out[0] - pose_in[0] + 180.0) % 360.0 - 180.0))
+    (m_in, e_in), (m_out, e_out) = _openings(lm_in), _openings(lm_out)
+    det = DetectedFace(np.asarray(box, np.float64), lm_in[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
+    d = float(eye.judge.distance(eye.judge.embed_photo_faces(original, [det]), eye.judge.embed_photo_faces(output, [det], shapes_from=original))[0])
+    return {
+        "detected": any(_iou(box, o) >= 0.3 for o in out_boxes),
+        "same": d < eye.judge.threshold,
+        "dlib_distance": round(d, 4),
+        "nme": round(float(np.linalg.norm(lm_out - lm_in, axis=1).mean() / scale), 4),
+        "yaw": round(yaw, 2),
+        "mouth": round(abs(m_out - m_in), 4),
+        "eyes": round(abs(e_out - e_in), 4),
+        "face_de": round(delta_e(mean_lab(original, face), mean_lab(output, face)), 2),
+        "ring_de": round(delta_e(mean_lab(original, ring), mean_lab(output, ring)), 2),
+        "sharpness": round(laplacian_variance(output, face) / max(laplacian_variance(original, face), 1e-6), 3),
+    }
+
+
+def summarise(rows: list[dict]) -> dict:
+    if not rows:
+        return {"n": 0}
+    med = {k: round(float(np.median([r[k] for r in rows])), 3) for k in ("nme", "yaw", "mouth", "eyes", "face_de", "ring_de", "sharpness")}
+    n = len(rows)
+    return {
+        "n": n,
+        "detected": rate(sum(r["detected"] for r in rows), n),
+        "same": rate(sum(r["same"] for r in rows), n),
+        "ring_de_ok": rate(sum(r["ring_de"] <= 2.5 for r in rows), n),
+        "face_de_ok": rate(sum(r["face_de"] <= 6 for r in rows), n),
+        "sharpness_ok": rate(sum(0.6 <= r["sharpness"] <= 1.4 for r in rows), n),
+        "median": med,
+    }
+
+
+def contact_sheet(photo: np.ndarray, columns: list[tuple[str, np.ndarray]], height: int = 256) -> np.ndarray:
+    """One row of labelled tiles (uint8 RGB), each scaled to ``height`` pixels."""
+    tiles = []
+    for label, img in [("original", photo), *columns]:
+        k = height / img.shape[0]
+        tile = cv2.resize(img, (int(round(img.shape[1] * k)), height), interpolation=cv2.INTER_AREA)
+        tile = np.concatenate([np.full((24, tile.shape[1], 3), 255, np.uint8), tile], 0)
+        cv2.putText(tile, label, (4, 17), cv2.FONT_HERSHEY_SIMPLEX, 0.5, (0, 0, 0), 1, cv2.LINE_AA)
+        tiles.append(tile)
+        tiles.append(np.full((tile.shape[0], 4, 3), 255, np.uint8))
+    return np.concatenate(tiles[:-1], 1)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
+    ap.add_argument("--photos", default=",".join(PHOTOS), help="names from benchmarks.reconstruct_real.PHOTOS")
+    ap.add_argument("--paste", action="store_true", help="compositing off: the plain 5-point paste")
+    ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG of this photo set's first photo")
+    ap.add_argument("--sheet-photo", default="astronaut")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+
+    import zoo
+
+    eye = DlibEye()
+    methods = [m for m in args.methods.split(",") if m]
+    rows: dict[str, list[dict]] = {m: [] for m in methods}
+    seconds: dict[str, float] = {m: 0.0 for m in methods}
+    sheet_cols: list[tuple[str, np.ndarray]] = []
+    sheet_photo = None
+    for name in args.photos.split(","):
+        split, parts = PHOTOS[name]
+        path = package_file(*parts)
+        if path is None:
+            print(f"skipped {name}: {parts[0]} not installed")
+            continue
+        rgb, _ = load_image(path)
+        boxes = eye.boxes(rgb)
+        if not boxes:
+            print(f"skipped {name}: dlib finds no face in the original")
+            continue
+        for method in methods:
+            m = zoo.load(method)
+            if args.paste:
+                m.draws_new_face = False
+            t0 = time.perf_counter()
+            result = m.anonymize(rgb, key=KEY)
+            seconds[method] += time.perf_counter() - t0
+            out = np.asarray(result)
+            out_boxes = eye.boxes(out)
+            for i, box in enumerate(boxes):
+                row = {"photo": name, "split": split, "face": i, **measure_face(eye, rgb, out, box, out_boxes)}
+                rows[method].append(row)
+                print(method, name, i, row, flush=True)
+            if args.sheet and name == args.sheet_photo:
+                sheet_photo = rgb
+                sheet_cols.append((method, out))
+                if method == "dbaf" and m.reversible:
+                    rec = m.recover(out, key=KEY)
+                    sheet_cols.append(("dbaf recovered (right key)", np.asarray(rec)))
+
+    result = {
+        "command": command_line("benchmarks.appearance", argv),
+        "compositing": "off (plain 5-point paste)" if args.paste else "on (zoo.compositing)",
+        "methods": {
+            m: {"tuning": summarise([r for r in rs if r["split"] == "tuning"]), "held-out": summarise([r for r in rs if r["split"] == "held-out"]), "seconds": round(seconds[m], 1), "faces": rs}
+            for m, rs in rows.items()
+        },
+    }
+    md = [
+        f"# Appearance of the output faces ({result['compositing']})",
+        "",
+        f"`{result['command']}`. dlib judges every column; medians over faces; targets: ring dE <= 2.5, face dE <= 6, sharpness 0.6-1.4.",
+        "",
+        "| method | split | N | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw (deg) | NME | mouth | eyes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for m, r in result["methods"].items():
+        for split in ("tuning", "held-out"):
+            s = r[split]
+            if not s.get("n"):
+                continue
+            med = s["median"]
+            md.append(
+                f"| {m} | {split} | {s['n']} | {s['detected']['k']}/{s['n']} | {s['same']['k']}/{s['n']} {s['same']['95ci']} | {med['face_de']} | {med['ring_de']} | "
+                f"{med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} |"
+            )
+    out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
+    write_results(out_path, result, md)
+    print("\n".join(md))
+    if args.sheet and sheet_photo is not None:
+        sheet = contact_sheet(sheet_photo, sheet_cols)
+        Path(args.sheet).parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(args.sheet, cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+        print("wrote", args.sheet)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

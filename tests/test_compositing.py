@@ -1,0 +1,151 @@
+"""zoo.compositing: each step on its own (mask, colour, grain, blend), the stage on a real photo, and the report."""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+import pytest
+
+from zoo import compositing, face_mesh
+from zoo.pipeline import align_face, alignment_matrix, detect_faces, paste_back
+
+
+@pytest.fixture(scope="module")
+def astronaut():
+    from skimage import data
+
+    rgb = data.astronaut()
+    [face] = detect_faces(rgb)
+    return rgb, face
+
+
+def _patch(mean_rgb, spread, size=64, seed=0):
+    rng = np.random.default_rng(seed)
+    return np.clip(np.asarray(mean_rgb, np.float32) + rng.normal(0, spread, (size, size, 3)), 0, 255).astype(np.uint8)
+
+
+def test_mesh_is_installed_and_finds_the_face(astronaut):
+    rgb, face = astronaut
+    assert face_mesh.mesh_available()
+    pts = face_mesh.face_mesh(rgb, face.landmarks)
+    assert pts.shape == (468, 2)
+    x0, y0, x1, y1 = face.box
+    pad = 0.25 * (x1 - x0)
+    inside = (pts[:, 0] > x0 - pad) & (pts[:, 0] < x1 + pad) & (pts[:, 1] > y0 - pad) & (pts[:, 1] < y1 + pad)
+    assert inside.mean() > 0.95
+    # the mesh's eye corners (33, 263) lie near the detector's eye landmarks (within a fifth of the eye distance)
+    eye_dist = np.hypot(*(face.landmarks[1] - face.landmarks[0]))
+    mesh_eyes = [(pts[33] + pts[133]) / 2, (pts[263] + pts[362]) / 2]
+    for got in mesh_eyes:
+        assert min(np.hypot(*(got - face.landmarks[i])) for i in (0, 1)) < 0.2 * eye_dist
+
+
+def test_small_face_gets_no_mesh(astronaut):
+    rgb, face = astronaut
+    small = cv2.resize(rgb, None, fx=0.06, fy=0.06, interpolation=cv2.INTER_AREA)
+    assert face_mesh.face_mesh(small, face.landmarks * 0.06) is None
+    mask, kind = compositing.face_region_mask(small, face.landmarks * 0.06)
+    assert mask is None and kind == "5-point"
+
+
+def test_hull_mask_covers_the_hull_and_nothing_far_away():
+    pts = np.array([[30, 30], [70, 30], [70, 80], [30, 80], [50, 55]], np.float64)
+    m = compositing.hull_mask((120, 120), [pts], grow=3, feather=6)
+    assert m.dtype == np.float32 and m.shape == (120, 120)
+    assert np.all(m[30:81, 30:71] == 1.0)  # the hull and its border
+    assert np.all(m[:20] == 0) and np.all(m[:, 80:] == 0)  # beyond grow + feather + 1
+    assert 0 < m[55, 75] < 1  # inside the feather band: a ramp
+
+
+def test_colour_transfer_moves_statistics_to_the_target():
+    new, target = _patch((90, 140, 80), 12, seed=1), _patch((200, 150, 120), 20, seed=2)
+    mask = np.ones(new.shape[:2], bool)
+    moved = compositing.match_colour(new, target, mask)
+    before = compositing.delta_e(compositing.mean_lab(new, mask), compositing.mean_lab(target, mask))
+    after = compositing.delta_e(compositing.mean_lab(moved, mask), compositing.mean_lab(target, mask))
+    assert before > 20 and after < 2.0
+    lab_m, lab_t = (cv2.cvtColor(x.astype(np.float32) / 255, cv2.COLOR_RGB2LAB).reshape(-1, 3) for x in (moved, target))
+    ratio = lab_m.std(0) / lab_t.std(0)
+    assert np.all(np.abs(ratio[1:] - 1) < 0.25)  # a and b spreads follow the target
+
+
+def test_colour_transfer_keeps_shading():
+    # a strong left-to-right shading ramp must survive a transfer to a flat target
+    ramp = np.tile(np.linspace(40, 220, 64, dtype=np.float32)[None, :, None], (64, 1, 3)).astype(np.uint8)
+    flat = _patch((150, 120, 100), 3)
+    mask = np.ones(ramp.shape[:2], bool)
+    moved = compositing.match_colour(ramp, flat, mask)
+    grey = moved.mean(2)
+    assert grey[:, -4:].mean() - grey[:, :4].mean() > 0.6 * (ramp[0, -4:, 0].mean() - ramp[0, :4, 0].mean())
+
+
+def test_sharpness_match_blurs_a_sharp_face_and_grains_a_smooth_one():
+    rng = np.random.default_rng(3)
+    textured = np.clip(128 + rng.normal(0, 25, (96, 96, 3)), 0, 255).astype(np.uint8)
+    smooth = cv2.GaussianBlur(textured, (0, 0), 3)
+    mask = np.ones((96, 96), bool)
+    blurred, what = compositing.match_sharpness(textured, cv2.GaussianBlur(textured, (0, 0), 1.0), mask)
+    assert what.startswith("blurred")
+    target = compositing.laplacian_variance(cv2.GaussianBlur(textured, (0, 0), 1.0), mask)
+    assert 0.6 * target < compositing.laplacian_variance(blurred, mask) < 1.4 * target
+    grained, what = compositing.match_sharpness(smooth, textured, mask)
+    assert what.startswith("grain")
+    assert compositing.noise_level(grained, mask) > 3 * compositing.noise_level(smooth, mask)
+    again, _ = compositing.match_sharpness(smooth, textured, mask)
+    assert np.array_equal(again, grained)  # seeded grain: the same inputs give the same output
+
+
+@pytest.mark.parametrize("mode", ["feather", "poisson"])
+def test_blend_leaves_pixels_outside_the_mask_bit_identical(mode):
+    canvas, new = _patch((60, 80, 100), 30, 128, seed=4), _patch((200, 180, 160), 30, 128, seed=5)
+    mask = compositing.hull_mask((128, 128), [np.array([[40, 40], [90, 40], [90, 95], [40, 95]], float)], 2, 8)
+    out = compositing.blend(canvas, new, mask, mode)
+    assert np.array_equal(out[mask == 0], canvas[mask == 0])
+    assert np.abs(out[mask == 1].astype(int) - canvas[mask == 1].astype(int)).mean() > 30
+
+
+def test_blend_rejects_an_unknown_mode():
+    with pytest.raises(ValueError, match="blend mode"):
+        compositing.blend(np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8), np.float32), "alpha")
+
+
+def test_composite_replaces_the_original_features_and_keeps_the_rest(astronaut):
+    rgb, face = astronaut
+    al = align_face(rgb, face.landmarks, 256)
+    new_face = np.full((256, 256, 3), (40, 200, 60), np.uint8)  # a flat green "face": easy to trace
+    out, info = compositing.composite_face(rgb, rgb, new_face, al.matrix, face.landmarks)
+    assert info.mask == "mesh" and info.blend == "feather"
+    pts = face_mesh.face_mesh(rgb, face.landmarks)
+    features = [33, 133, 263, 362, 70, 300, 61, 291, 13, 14]  # eye corners, brows, mouth corners, lips
+    xy = np.rint(pts[features]).astype(int)
+    grey_in, grey_out = rgb[xy[:, 1], xy[:, 0]].mean(1), out[xy[:, 1], xy[:, 0]].mean(1)
+    # fully replaced: the original's dark eyes, brows and red lips are gone; what is there is the flat new face
+    assert np.ptp(grey_in) > 60 and np.ptp(grey_out) < 0.3 * np.ptp(grey_in)
+    size = compositing.face_size(pts)
+    far = compositing.hull_mask(rgb.shape[:2], [pts], (compositing.MASK_GROW + compositing.MASK_FEATHER) * size + 2, 1) == 0
+    assert np.array_equal(out[far], rgb[far])
+
+
+def test_composite_matches_the_skin_colour(astronaut):
+    rgb, face = astronaut
+    al = align_face(rgb, face.landmarks, 256)
+    green = np.clip(al.crop.astype(int) + [-60, 40, -60], 0, 255).astype(np.uint8)  # a colour-shifted "new face"
+    out, _ = compositing.composite_face(rgb, rgb, green, al.matrix, face.landmarks)
+    mask, _ = compositing.face_region_mask(rgb, face.landmarks)
+    core = mask == 1
+    pasted = paste_back(rgb, green, al.matrix)  # the plain paste keeps the shift
+    ref = compositing.mean_lab(rgb, core)
+    assert compositing.delta_e(compositing.mean_lab(pasted, core), ref) > 20
+    assert compositing.delta_e(compositing.mean_lab(out, core), ref) < 6
+
+
+def test_composite_at_the_image_border(astronaut):
+    rgb, face = astronaut
+    x0 = int(face.box[0] + 0.4 * (face.box[2] - face.box[0]))
+    cut = np.ascontiguousarray(rgb[:, x0:])  # half the face outside the photo
+    lm = face.landmarks - [x0, 0]
+    matrix = alignment_matrix(lm, 256)
+    crop = np.full((256, 256, 3), 128, np.uint8)
+    out, info = compositing.composite_face(cut, cut, crop, matrix, lm)
+    assert out.shape == cut.shape and out.dtype == np.uint8
+    assert not np.array_equal(out, cut)

@@ -1,0 +1,267 @@
+"""Compositing: put a method's aligned output face back into the photo so that it belongs there.
+
+One stage for every method that draws an aligned face (``DeidMethod`` calls :func:`composite_face` for
+each face). Each step is a small function:
+
+1. :func:`face_region_mask` - the region the method replaced: the hull of the original face's 468-point
+   mesh (:mod:`zoo.face_mesh`), grown a little and feathered outward, so that no part of the original's
+   eyes, brows or mouth stays visible beside the new face. A face too small for the mesh, or a machine without
+   the mesh model, gets the 5-point superellipse of :func:`zoo.pipeline.face_mask` (``mask="5-point"``).
+2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
+   (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays).
+3. :func:`match_sharpness` - the new face blurred, or given grain, until its Laplacian variance matches
+   the original face's (a large render is area-downsampled first by :func:`zoo.pipeline.warp_region`).
+4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
+   the mask is 0 stay bit-identical.
+
+All images are uint8 RGB [H, W, 3]; masks float32 [H, W] in [0, 1].
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+
+from .face_mesh import face_mesh
+
+log = logging.getLogger(__name__)
+
+#: the hull grows by this fraction of the face size before feathering (covers the original's edges)
+MASK_GROW = 0.04
+#: width of the outward feather, as a fraction of the face size
+MASK_FEATHER = 0.06
+#: limits of the L-channel spread ratio in :func:`match_colour` (shading kept)
+L_SPREAD_RANGE = (0.8, 1.25)
+#: sharpness ratio (Laplacian variance, new / original) accepted without change
+SHARPNESS_BAND = (0.8, 1.25)
+
+
+@dataclass
+class CompositeInfo:
+    """What the compositing did for one face (goes into the face's report)."""
+
+    mask: str  # "mesh" or "5-point"
+    colour_shift: float  # CIE76 dE between the new face's mean colour before and after colour matching
+    sharpness: str  # "kept", "blurred (sigma=..)" or "grain (sigma=..)"
+    blend: str  # "feather" or "poisson"
+
+    def as_dict(self) -> dict:
+        return {"mask": self.mask, "colour_shift": round(self.colour_shift, 2), "sharpness": self.sharpness, "blend": self.blend}
+
+
+# ====================================================================== 1. mask
+def hull_mask(shape: tuple[int, int], point_sets: list[np.ndarray], grow: float, feather: float) -> np.ndarray:
+    """float32 [H, W]: 1 on the convex hull of all ``point_sets`` (pixels) grown by ``grow`` pixels, ramping
+    to 0 over the next ``feather`` pixels (smoothstep), exactly 0 beyond."""
+    h, w = shape
+    pts = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in point_sets])
+    hull = cv2.convexHull(np.rint(pts).astype(np.int32))
+    inside = np.zeros((h, w), np.uint8)
+    cv2.fillConvexPoly(inside, hull, 1)
+    dist = cv2.distanceTransform(1 - inside, cv2.DIST_L2, 5)  # pixels outside the hull: distance to it
+    t = np.clip(1.0 - (dist - grow) / max(feather, 1e-6), 0.0, 1.0)
+    return (t * t * (3 - 2 * t)).astype(np.float32)
+
+
+def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray) -> tuple[np.ndarray | None, str]:
+    """The region to replace in photo coordinates: (float32 [H, W] mask, "mesh"), the hull of the original
+    face's mesh grown by :data:`MASK_GROW` and feathered over :data:`MASK_FEATHER` of the face size; or
+    (None, "5-point") when the mesh cannot run (the caller then uses :func:`zoo.pipeline.face_mask`).
+    Only the original's mesh counts: its eyes, brows and mouth must all fall where the mask is 1."""
+    original = face_mesh(rgb, landmarks5)
+    if original is None:
+        return None, "5-point"
+    size = face_size(original)
+    return hull_mask(rgb.shape[:2], [original], MASK_GROW * size, MASK_FEATHER * size), "mesh"
+
+
+def face_size(points: np.ndarray) -> float:
+    """The larger side (pixels) of the points' bounding box."""
+    p = np.asarray(points, dtype=np.float64).reshape(-1, 2)
+    return float(max(np.ptp(p[:, 0]), np.ptp(p[:, 1]), 1.0))
+
+
+# ====================================================================== 2. colour
+def _lab(rgb: np.ndarray) -> np.ndarray:
+    return cv2.cvtColor(np.asarray(rgb, dtype=np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+
+
+def _rgb(lab: np.ndarray) -> np.ndarray:
+    return np.clip(np.rint(cv2.cvtColor(lab.astype(np.float32), cv2.COLOR_LAB2RGB) * 255.0), 0, 255).astype(np.uint8)
+
+
+def mean_lab(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """Mask-weighted mean Lab colour (L in 0-100) of uint8 ``rgb``."""
+    wgt = np.asarray(mask, dtype=np.float64)
+    lab = _lab(rgb).reshape(-1, 3).astype(np.float64)
+    return (lab * wgt.reshape(-1, 1)).sum(0) / max(wgt.sum(), 1e-6)
+
+
+def delta_e(a: np.ndarray, b: np.ndarray) -> float:
+    """CIE76 colour difference between two Lab colours."""
+    return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))
+
+
+def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """uint8 ``new`` with its Lab statistics inside ``mask`` (weights, same [H, W]) moved to ``reference``'s:
+    every channel's mean, the a/b spread, and the L spread within :data:`L_SPREAD_RANGE` (shading kept)."""
+    wgt = np.asarray(mask, dtype=np.float64).reshape(-1, 1)
+    if wgt.sum() < 4:
+        return np.array(new, dtype=np.uint8, copy=True)
+    lab_new, lab_ref = _lab(new), _lab(reference)
+    total = wgt.sum()
+
+    def stats(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        flat = lab.reshape(-1, 3).astype(np.float64)
+        mean = (flat * wgt).sum(0) / total
+        std = np.sqrt(((flat - mean) ** 2 * wgt).sum(0) / total)
+        return mean, std
+
+    (mu_n, sd_n), (mu_r, sd_r) = stats(lab_new), stats(lab_ref)
+    ratio = sd_r / np.maximum(sd_n, 1e-3)
+    ratio[0] = np.clip(ratio[0], *L_SPREAD_RANGE)
+    ratio[1:] = np.clip(ratio[1:], 0.5, 2.0)
+    moved = (lab_new - mu_n) * ratio + mu_r
+    moved[..., 0] = np.clip(moved[..., 0], 0, 100)
+    return _rgb(moved)
+
+
+# ====================================================================== 3. sharpness and grain
+def laplacian_variance(rgb: np.ndarray, mask: np.ndarray) -> float:
+    """Mask-weighted variance of the grey Laplacian (a sharpness measure; higher is sharper)."""
+    grey = cv2.cvtColor(np.asarray(rgb, dtype=np.uint8), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    lap = cv2.Laplacian(grey, cv2.CV_32F, ksize=3).astype(np.float64)
+    wgt = np.asarray(mask, dtype=np.float64)
+    total = max(wgt.sum(), 1e-6)
+    mean = (lap * wgt).sum() / total
+    return float(((lap - mean) ** 2 * wgt).sum() / total)
+
+
+def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
+    """uint8 ``new`` blurred until its Laplacian variance inside ``mask`` is within :data:`SHARPNESS_BAND` of
+    ``reference``'s (when it is sharper), or given the grain it lacks (when it is smoother; see
+    :func:`noise_level`). The grain is seeded (``seed``): the same inputs give the same output.
+    Returns (image, what was done)."""
+    target = laplacian_variance(reference, mask)
+    have = laplacian_variance(new, mask)
+    if target <= 0 or SHARPNESS_BAND[0] * target <= have <= SHARPNESS_BAND[1] * target:
+        return np.array(new, dtype=np.uint8, copy=True), "kept"
+    if have > target:
+        lo, hi = 0.0, 4.0
+        out = new
+        for _ in range(10):  # bisection on the blur sigma
+            mid = (lo + hi) / 2
+            out = cv2.GaussianBlur(new, (0, 0), mid, borderType=cv2.BORDER_REPLICATE)
+            if laplacian_variance(out, mask) > target:
+                lo = mid
+            else:
+                hi = mid
+        sigma = (lo + hi) / 2
+        return cv2.GaussianBlur(new, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE), f"blurred (sigma={sigma:.2f})"
+    # smoother than the photo: the missing part is the photo's grain, not its edges. Add grey noise that
+    # brings the robust noise level (median absolute Laplacian) up to the photo's.
+    sigma = float(np.sqrt(max(noise_level(reference, mask) ** 2 - noise_level(new, mask) ** 2, 0.0)))
+    if sigma < 0.5:
+        return np.array(new, dtype=np.uint8, copy=True), "kept"
+    noise = np.random.default_rng(seed).normal(0.0, sigma, new.shape[:2]).astype(np.float32)[..., None]
+    return np.clip(np.rint(new.astype(np.float32) + noise), 0, 255).astype(np.uint8), f"grain (sigma={sigma:.2f})"
+
+
+def noise_level(rgb: np.ndarray, mask: np.ndarray) -> float:
+    """Robust grain estimate (grey levels): the median absolute 4-neighbour Laplacian inside ``mask`` (> 0.5),
+    scaled so that white noise of std s reads s (its Laplacian has std sqrt(20) s; MAD -> std x 1.4826)."""
+    grey = cv2.cvtColor(np.asarray(rgb, dtype=np.uint8), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    lap = cv2.Laplacian(grey, cv2.CV_32F, ksize=1)[np.asarray(mask) > 0.5]  # 4-neighbour kernel
+    if lap.size == 0:
+        return 0.0
+    return float(1.4826 * np.median(np.abs(lap - np.median(lap))) / np.sqrt(20.0))
+
+
+# ====================================================================== 4. blend
+def blend(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray, mode: str = "feather") -> np.ndarray:
+    """uint8 ``canvas`` with ``new`` blended in through ``mask`` ([H, W] in [0, 1]); pixels where the mask is
+    0 stay bit-identical. ``mode``: "feather" (alpha blend) or "poisson" (gradient-domain inside the mask's
+    core, then alpha-blended through the mask)."""
+    if mode not in ("feather", "poisson"):
+        raise ValueError(f"blend mode must be 'feather' or 'poisson', got {mode!r}")
+    src = np.asarray(new, dtype=np.uint8)
+    m = np.clip(np.asarray(mask, dtype=np.float32), 0, 1)
+    if mode == "poisson":
+        src = _poisson(canvas, src, m)
+    m3 = m[..., None]
+    mixed = np.rint(canvas.astype(np.float32) * (1 - m3) + src.astype(np.float32) * m3).astype(np.uint8)
+    return np.where(m3 > 0, mixed, canvas)
+
+
+def _poisson(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    core = (mask > 0.5).astype(np.uint8) * 255
+    ys, xs = np.nonzero(core)
+    h, w = core.shape
+    if len(xs) < 16 or xs.min() < 1 or ys.min() < 1 or xs.max() > w - 2 or ys.max() > h - 2:
+        return new  # seamlessClone needs the region strictly inside the image
+    centre = (int((xs.min() + xs.max() + 1) // 2), int((ys.min() + ys.max() + 1) // 2))
+    src_bgr, dst_bgr = cv2.cvtColor(new, cv2.COLOR_RGB2BGR), cv2.cvtColor(canvas, cv2.COLOR_RGB2BGR)
+    out = cv2.seamlessClone(src_bgr, dst_bgr, core, centre, cv2.NORMAL_CLONE)
+    return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+
+
+# ====================================================================== the stage
+def composite_face(
+    canvas: np.ndarray,
+    original: np.ndarray,
+    crop: np.ndarray,
+    matrix: np.ndarray,
+    landmarks5: np.ndarray,
+    blend_mode: str = "feather",
+    seed: int = 0,
+) -> tuple[np.ndarray, CompositeInfo]:
+    """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in.
+
+    ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
+    ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo.
+    Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
+    """
+    from .pipeline import face_mask, paste_back
+
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    h, w = canvas.shape[:2]
+    size = crop.shape[0]
+    # the region of interest: the crop's footprint in the photo, clipped
+    inv = cv2.invertAffineTransform(np.asarray(matrix, dtype=np.float64))
+    corners = np.array([[0, 0], [size, 0], [0, size], [size, size]], np.float64) @ inv[:, :2].T + inv[:, 2]
+    x0, y0 = np.maximum(np.floor(corners.min(0)).astype(int), 0)
+    x1, y1 = np.minimum(np.ceil(corners.max(0)).astype(int) + 1, [w, h])
+    if x1 - x0 < 4 or y1 - y0 < 4:
+        return paste_back(canvas, crop, matrix), CompositeInfo("5-point", 0.0, "kept", "feather")
+    # the new face warped into the photo (area-downsampled when the face is small), over the original
+    full_mask = np.ones((size, size), np.float32)
+    warped = paste_back(np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1].copy(), crop, _shifted(matrix, x0, y0), mask=full_mask)
+    ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
+    lm_roi = lm - [x0, y0]
+    mask, kind = face_region_mask(ref, lm_roi)
+    if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
+        mask = _warp_crop_mask(face_mask(size), matrix, x0, y0, (x1 - x0, y1 - y0))
+    stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
+    if stats_mask.sum() < 16:
+        stats_mask = mask > 0
+    coloured = match_colour(warped, ref, stats_mask)
+    shift = delta_e(mean_lab(warped, stats_mask), mean_lab(coloured, stats_mask))
+    textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    out[y0:y1, x0:x1] = blend(out[y0:y1, x0:x1], textured, mask, blend_mode)
+    return out, CompositeInfo(kind, shift, sharp, blend_mode)
+
+
+def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:
+    """The alignment matrix of a face for the photo cropped at (x0, y0)."""
+    m = np.array(matrix, dtype=np.float64, copy=True)
+    m[:, 2] += m[:, :2] @ np.array([x0, y0], np.float64)
+    return m
+
+
+def _warp_crop_mask(mask: np.ndarray, matrix: np.ndarray, x0: int, y0: int, roi_size: tuple[int, int]) -> np.ndarray:
+    inv = cv2.invertAffineTransform(_shifted(matrix, x0, y0))
+    return cv2.warpAffine(mask, inv, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
