@@ -156,8 +156,7 @@ def method_catalog(names: Sequence[str] | None = None, checkpoints: str | None =
         else:
             available, reason, local_dir = bool(info.get("weights_available")), str(info.get("weights_status", "")), None
             if not available:  # the library's advice (local_dir=..., hf download) is for the operator, not a visitor
-                log.warning("method %s is unavailable: %s (put its checkpoint in ZOO_CHECKPOINTS/%s/ or the Hub cache)",
-                            name, _one_line(reason, 400), name)
+                log.warning("method %s is unavailable: %s (put its checkpoint in ZOO_CHECKPOINTS/%s/ or the Hub cache)", name, _one_line(reason, 400), name)
                 repo = info.get("default_repo")
                 reason = "its weights are not installed on this server" + (f" (Hub repo {repo})" if repo else "")
         out[name] = MethodStatus(
@@ -182,7 +181,10 @@ def _evaluation_line(evaluation) -> str:
     for data, block in evaluation.items():
         if isinstance(block, dict):
             vals = [f"{k.replace('_', ' ')} {v['value']:.2f}" for k, v in block.items() if isinstance(v, dict) and "value" in v]
-            parts.append(f"{data} ({block.get('judge', 'dlib')}, n={next((v['n'] for v in block.values() if isinstance(v, dict) and 'n' in v), '?')}): " + ", ".join(vals))
+            parts.append(
+                f"{data} ({block.get('judge', 'dlib')}, n={next((v['n'] for v in block.values() if isinstance(v, dict) and 'n' in v), '?')}): "
+                + ", ".join(vals)
+            )
     return "; ".join(parts)
 
 
@@ -540,6 +542,7 @@ def _results(run: Path) -> Path:
 
 def _zip(run: Path, name: str) -> str:
     """``<name>.zip`` (0600) in the request folder, of every file in its ``results`` subfolder."""
+
     def write(f: IO[bytes]) -> None:
         with zipfile.ZipFile(f, "w", zipfile.ZIP_DEFLATED) as zf:
             for p in sorted(_results(run).iterdir()):
@@ -615,8 +618,7 @@ def _control_inputs(catalog: dict[str, MethodStatus], only: Callable[[MethodStat
     return components, keys
 
 
-def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]], cache_dir: str | None = None,
-             progress: bool = False) -> Callable:
+def _handler(fn: Callable, names: list[str], control_keys: list[tuple[str, str]], cache_dir: str | None = None, progress: bool = False) -> Callable:
     """``fn`` wrapped by the GPU decorator, with a signature naming every input (controls become
     ``<method>_<control>``), so that API users (gradio_client) can pass them by name. With ``cache_dir``
     (the Blocks' Gradio cache), the files ``fn`` returns are handed over to it and the app's own copies
@@ -740,8 +742,9 @@ def anonymize_photo(
     return SLOTS.run(_anonymize_rgb, rgb, chosen, key, judge_name, control_keys, control_values)
 
 
-def _anonymize_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str | None, judge_name: str | None,
-                   control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
+def _anonymize_rgb(
+    rgb: np.ndarray, chosen: list[MethodStatus], key: str | None, judge_name: str | None, control_keys: list[tuple[str, str]], control_values: Sequence[Any]
+):
     scores = FaceScores.of(rgb, judge_name)
     run = _run_dir("anonymize")
     out_dir = _results(run)  # what the zip holds: results only
@@ -770,14 +773,16 @@ def _anonymize_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str | None,
         for i, face in enumerate(res.faces or [None]):
             sim = sims[i] if i < len(sims) else None
             same = scores.judge.same(sim) if scores.judge else None
-            rows.append([
-                s.name,
-                i if face is not None else "-",
-                _fmt(sim),
-                "-" if same is None else ("yes" if same else "no"),
-                face.status if face is not None else "no face found",
-                round(seconds, 3),
-            ])
+            rows.append(
+                [
+                    s.name,
+                    i if face is not None else "-",
+                    _fmt(sim),
+                    "-" if same is None else ("yes" if same else "no"),
+                    face.status if face is not None else "no face found",
+                    round(seconds, 3),
+                ]
+            )
     if not gallery:
         shutil.rmtree(run, ignore_errors=True)
         raise user_error("Every chosen method failed: " + "; ".join(n.replace("**", "") for n in notes))
@@ -801,8 +806,16 @@ def _status_line(scores: FaceScores, key: str | None, notes: list[str], keyed: b
 # ============================================================================ a short video (Anonymize tab)
 _VIDEO_CONTAINERS = {"mov", "mp4", "matroska", "webm", "avi"}  # what PyAV names the containers of zoo.video.VIDEO_EXTS
 _VIDEO_TYPES = "an MP4, MOV, MKV, WebM or AVI file"
-VIDEO_TRACK_HEADERS = ["track", "first frame", "last frame", "frames detected", "frames bridged (detector gap)",
-                       "frames extended (before/after)", "frames anonymized", "frames blurred instead"]
+VIDEO_TRACK_HEADERS = [
+    "track",
+    "first frame",
+    "last frame",
+    "frames detected",
+    "frames bridged (detector gap)",
+    "frames extended (before/after)",
+    "frames anonymized",
+    "frames blurred instead",
+]
 
 
 @dataclass
@@ -841,15 +854,15 @@ def read_video_info(path: str | None) -> VideoInfo:
         kinds = set(container.format.name.split(","))
         if not kinds & _VIDEO_CONTAINERS or not container.streams.video:
             what = container.format.long_name or container.format.name
-            raise user_error(f"Not a video: {name} holds {'no video stream' if kinds & _VIDEO_CONTAINERS else what}; "
-                             f"upload {_VIDEO_TYPES}.")
+            raise user_error(f"Not a video: {name} holds {'no video stream' if kinds & _VIDEO_CONTAINERS else what}; upload {_VIDEO_TYPES}.")
         stream = container.streams.video[0]
         width, height = int(stream.codec_context.width or 0), int(stream.codec_context.height or 0)
         if width <= 0 or height <= 0:
             raise user_error(unreadable)
         if width * height > MAX_VIDEO_PIXELS:
-            raise user_error(f"Video frames too large: {name} is {width}x{height}; frames up to "
-                             f"{MAX_VIDEO_PIXELS / 1e6:.1f} MP are accepted here, so scale it down first.")
+            raise user_error(
+                f"Video frames too large: {name} is {width}x{height}; frames up to {MAX_VIDEO_PIXELS / 1e6:.1f} MP are accepted here, so scale it down first."
+            )
         too_long = f"Video too long: {name} {{}}; this app takes videos {_limits_text()}, so trim it first."
         seconds = container.duration / 1e6 if container.duration else 0.0
         if seconds > MAX_VIDEO_SECONDS + 0.05:  # a container's duration may round up a few milliseconds
@@ -907,8 +920,9 @@ def anonymize_clip(
 _VIDEO_STAGES = {"detect": "1/2 finding and tracking faces", "anonymize": "2/2 anonymizing and encoding"}
 
 
-def _anonymize_clip(video: str, info: VideoInfo, s: MethodStatus, key: str | None, control_keys: list[tuple[str, str]],
-                    control_values: Sequence[Any], progress: Callable | None):
+def _anonymize_clip(
+    video: str, info: VideoInfo, s: MethodStatus, key: str | None, control_keys: list[tuple[str, str]], control_values: Sequence[Any], progress: Callable | None
+):
     from zoo.video import anonymize_video
 
     def step(stage: str, done: int, total: int | None) -> None:  # zoo.video's progress(stage, done, total)
@@ -938,11 +952,12 @@ def _anonymize_clip(video: str, info: VideoInfo, s: MethodStatus, key: str | Non
         for f in row:
             counts = status_of.setdefault(f["track"], [0, 0])
             counts[f["status"] != "processed"] += 1
-    rows = [[t["track"], t["first_frame"], t["last_frame"], t["detected"], t["gap"], t["extended"], *status_of.get(t["track"], [0, 0])]
-            for t in res.tracks]
+    rows = [[t["track"], t["first_frame"], t["last_frame"], t["detected"], t["gap"], t["extended"], *status_of.get(t["track"], [0, 0])] for t in res.tracks]
     shown = {k: v for k, v in report.items() if k != "frame_faces"}  # the per-frame faces are in the download
-    parts = [f"**{s.name}**: {res.frames} frames ({info.width}x{info.height}, {res.fps:g} fps), {len(res.tracks)} face track(s), "
-             f"{report['faces_processed']} face(s) over all frames, {res.fallbacks} blurred instead; {seconds:.1f} s."]
+    parts = [
+        f"**{s.name}**: {res.frames} frames ({info.width}x{info.height}, {res.fps:g} fps), {len(res.tracks)} face track(s), "
+        f"{report['faces_processed']} face(s) over all frames, {res.fallbacks} blurred instead; {seconds:.1f} s."
+    ]
     if key and s.uses_key:
         parts.append(f"Key fingerprint `{Secret(key).fingerprint}` (the key itself is never stored or shown); each track keeps one key.")
     elif s.uses_key:
@@ -973,8 +988,16 @@ def recover_roundtrip(
     return SLOTS.run(_roundtrip_rgb, rgb, chosen, key, wrong_key, random_key, judge_name, control_keys, control_values)
 
 
-def _roundtrip_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str, wrong_key: str, random_key: bool,
-                   judge_name: str | None, control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
+def _roundtrip_rgb(
+    rgb: np.ndarray,
+    chosen: list[MethodStatus],
+    key: str,
+    wrong_key: str,
+    random_key: bool,
+    judge_name: str | None,
+    control_keys: list[tuple[str, str]],
+    control_values: Sequence[Any],
+):
     scores = FaceScores.of(rgb, judge_name)
     run = _run_dir("recover")
     out_dir = _results(run)
@@ -1020,14 +1043,16 @@ def _roundtrip_rgb(rgb: np.ndarray, chosen: list[MethodStatus], key: str, wrong_
     return gallery, rows, _zip(run, f"recovery_{_tag(chosen)}"), status
 
 
-def recover_file(catalog: dict[str, MethodStatus], photo: str | None, method: str | None, key: str | None,
-                 control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
+def recover_file(
+    catalog: dict[str, MethodStatus], photo: str | None, method: str | None, key: str | None, control_keys: list[tuple[str, str]], control_values: Sequence[Any]
+):
     """Recover an anonymized image saved earlier: -> (image path, report JSON, zip path)."""
     rgb = read_photo(photo)
     if not method:
         raise user_error("Please choose the method that anonymized the image.")
     (s,) = _resolve([method], catalog, need_reversible=True)
     key = _key_or_error(key, "key used to anonymize")
+
     def recover() -> Any:
         return get_method(s).recover(rgb, key=key, **_controls_for(control_keys, control_values, s.name))
 
@@ -1066,8 +1091,9 @@ def diversity_grid(
     return SLOTS.run(_diversity_rgb, rgb, chosen, keys, judge_name, control_keys, control_values)
 
 
-def _diversity_rgb(rgb: np.ndarray, chosen: list[MethodStatus], keys: list[str], judge_name: str | None,
-                   control_keys: list[tuple[str, str]], control_values: Sequence[Any]):
+def _diversity_rgb(
+    rgb: np.ndarray, chosen: list[MethodStatus], keys: list[str], judge_name: str | None, control_keys: list[tuple[str, str]], control_values: Sequence[Any]
+):
     n = len(keys)
     scores = FaceScores.of(rgb, judge_name)
     main = None
@@ -1106,20 +1132,25 @@ def _diversity_rgb(rgb: np.ndarray, chosen: list[MethodStatus], keys: list[str],
         mean_orig = float(np.mean(valid)) if valid else None
         note = "" if s.uses_key else "ignores the key: every key gives the same result"
         rows.append([s.name, n, _fmt(mean_pair), _fmt(mean_orig), round(seconds / n, 3), note])
-        _save_json({
-            "method": s.name,
-            "results": [r.report() for r in results],
-            "face_index": main,
-            "identity_judge": None if judge is None else {"name": judge.name, "metric": judge.metric, "threshold": judge.threshold},
-            "mean_pairwise": mean_pair,
-            "mean_to_original": mean_orig,
-        }, out_dir, f"diversity_{s.name}")
+        _save_json(
+            {
+                "method": s.name,
+                "results": [r.report() for r in results],
+                "face_index": main,
+                "identity_judge": None if judge is None else {"name": judge.name, "metric": judge.metric, "threshold": judge.threshold},
+                "mean_pairwise": mean_pair,
+                "mean_to_original": mean_orig,
+            },
+            out_dir,
+            f"diversity_{s.name}",
+        )
     if not gallery:
         shutil.rmtree(run, ignore_errors=True)
         raise user_error("Every chosen method failed: " + "; ".join(x.replace("**", "") for x in notes))
     status = (
         f"{n} keys per method; each row of the grid is one method. Similarities are for face #{main} (the largest)."
-        if main is not None else f"{n} keys per method; no face was found, so no similarity is shown."
+        if main is not None
+        else f"{n} keys per method; no face was found, so no similarity is shown."
     )
     if notes:
         status += "\n\n" + "\n\n".join(notes)
@@ -1152,13 +1183,14 @@ def tab_problem(catalog: dict[str, MethodStatus], tab: str) -> str | None:
     if not on:
         return "No method can run on this server (none has its weights installed), so there is nothing to run here."
     if tab == "recover" and not any(s.reversible for s in on):
-        return ("No reversible method is installed on this server, so there is nothing to recover with. "
-                "The methods here (" + ", ".join(s.name for s in on) + ") cannot undo what they did.")
+        return (
+            "No reversible method is installed on this server, so there is nothing to recover with. "
+            "The methods here (" + ", ".join(s.name for s in on) + ") cannot undo what they did."
+        )
     return None
 
 
-def _method_picker(catalog: dict[str, MethodStatus], label: str, only: Callable[[MethodStatus], bool] = lambda s: True,
-                   default: int = 2):
+def _method_picker(catalog: dict[str, MethodStatus], label: str, only: Callable[[MethodStatus], bool] = lambda s: True, default: int = 2):
     on = [s.name for s in catalog.values() if s.available and only(s)]
     off = [s.name for s in catalog.values() if not s.available and only(s)]
     picker = gr.CheckboxGroup(choices=on, value=on[:default], label=label, info=None if on else "no method can run here")
@@ -1168,8 +1200,7 @@ def _method_picker(catalog: dict[str, MethodStatus], label: str, only: Callable[
 
 
 def _gallery(label: str, columns: int, elem_id: str | None = None) -> gr.Gallery:
-    return gr.Gallery(label=label, columns=columns, height="auto", object_fit="contain", format="png",
-                      interactive=False, elem_id=elem_id)
+    return gr.Gallery(label=label, columns=columns, height="auto", object_fit="contain", format="png", interactive=False, elem_id=elem_id)
 
 
 def _examples(examples: list[str], target: gr.components.Component) -> None:
@@ -1223,8 +1254,13 @@ def _anonymize_tab(catalog: dict[str, MethodStatus], examples: list[str], judges
             photo = _photo_checked(label="Photo", elem_id="anon_photo")
             _examples(examples, photo)
             methods = _method_picker(catalog, "Methods")
-            key = gr.Textbox(value="", label="Key", type="password", elem_id="anon_key",
-                             info="any text; keep it secret. Empty: a random key is used and forgotten (no recovery)")
+            key = gr.Textbox(
+                value="",
+                label="Key",
+                type="password",
+                elem_id="anon_key",
+                info="any text; keep it secret. Empty: a random key is used and forgotten (no recovery)",
+            )
             judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
             with gr.Accordion("Method controls", open=False):
                 ctrls, keys = _control_inputs(catalog)
@@ -1235,29 +1271,36 @@ def _anonymize_tab(catalog: dict[str, MethodStatus], examples: list[str], judges
         with gr.Column(scale=2):
             gallery = _gallery("Results", columns=3, elem_id="anon_gallery")
             status = gr.Markdown(label="Status", elem_id="anon_status")
-            table = gr.Dataframe(elem_id="anon_table", label="Per face", interactive=False,
-                                 headers=["method", "face", "identity score vs original", "same person?", "status", "seconds"])
+            table = gr.Dataframe(
+                elem_id="anon_table",
+                label="Per face",
+                interactive=False,
+                headers=["method", "face", "identity score vs original", "same person?", "status", "seconds"],
+            )
             zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
     photo_tab = _Tab([photo, methods, key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
 
     on = [s.name for s in catalog.values() if s.available]
-    gr.Markdown(f"### A short video\nA{_VIDEO_TYPES[1:]}, {_limits_text()}. One method per video run; every "
-                "face is tracked across the frames and keeps one key (one fake identity) for the whole clip. "
-                "The method controls above apply. Audio is kept.")
+    gr.Markdown(
+        f"### A short video\nA{_VIDEO_TYPES[1:]}, {_limits_text()}. One method per video run; every "
+        "face is tracked across the frames and keeps one key (one fake identity) for the whole clip. "
+        "The method controls above apply. Audio is kept."
+    )
     with gr.Row():
         with gr.Column(scale=1):
             video = gr.Video(label="Video", sources=["upload"], format=None, elem_id="anon_video")
             _check_on_arrival(video, _check_video_upload)
-            v_method = gr.Dropdown(choices=on, value=on[0] if on else None, label="Method for the video",
-                                   info="one method per video run", elem_id="anon_video_method")
-            v_key = gr.Textbox(value="", label="Key for the video", type="password", elem_id="anon_video_key",
-                               info="empty: a random key is used and forgotten (no recovery)")
+            v_method = gr.Dropdown(
+                choices=on, value=on[0] if on else None, label="Method for the video", info="one method per video run", elem_id="anon_video_method"
+            )
+            v_key = gr.Textbox(
+                value="", label="Key for the video", type="password", elem_id="anon_video_key", info="empty: a random key is used and forgotten (no recovery)"
+            )
             v_run = _run_button("Anonymize the video", None if problem is None else "See above.", elem_id="anon_video_run")
         with gr.Column(scale=2):
             v_out = gr.Video(label="Anonymized video", interactive=False, elem_id="anon_video_out")
             v_status = gr.Markdown(label="Video status", elem_id="anon_video_status")
-            v_table = gr.Dataframe(label="Per face track", headers=VIDEO_TRACK_HEADERS, interactive=False,
-                                   elem_id="anon_video_tracks")
+            v_table = gr.Dataframe(label="Per face track", headers=VIDEO_TRACK_HEADERS, interactive=False, elem_id="anon_video_tracks")
             v_report = gr.JSON(label="Video report (per-frame faces in the download)")
             v_zip = gr.File(label="Download (video and JSON report)", interactive=False)
     video_tab = _Tab([video, v_method, v_key, *ctrls], [v_out, v_table, v_report, v_zip, v_status], keys, v_run)
@@ -1274,8 +1317,7 @@ def _recover_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: 
             photo = _photo_checked(label="Photo", elem_id="rec_photo")
             _examples(examples, photo)
             methods = _method_picker(catalog, "Reversible methods", only=lambda s: s.reversible, default=3)
-            key = gr.Textbox(value="", label="Key", type="password",
-                             info="empty: a fresh random key for this run only; type your own to reuse it")
+            key = gr.Textbox(value="", label="Key", type="password", info="empty: a fresh random key for this run only; type your own to reuse it")
             wrong = gr.Textbox(value="", label="Wrong key", info="empty = the key with ' (wrong)' appended", type="password")
             judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
             with gr.Accordion("Method controls", open=False):
@@ -1284,8 +1326,11 @@ def _recover_tab(catalog: dict[str, MethodStatus], examples: list[str], judges: 
         with gr.Column(scale=2):
             gallery = _gallery("Anonymized, recovered with the right key, recovered with a wrong key", columns=3)
             status = gr.Markdown(label="Status")
-            table = gr.Dataframe(label="Identity score per face", interactive=False,
-                                 headers=["method", "face", "anonymized vs original", "right key vs original", "wrong key vs original", "seconds"])
+            table = gr.Dataframe(
+                label="Identity score per face",
+                interactive=False,
+                headers=["method", "face", "anonymized vs original", "right key vs original", "wrong key vs original", "seconds"],
+            )
             zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
     roundtrip = _Tab([photo, methods, key, wrong, judge, *ctrls], [gallery, table, zipped, status], keys, run)
 
@@ -1312,8 +1357,7 @@ def _diversity_tab(catalog: dict[str, MethodStatus], examples: list[str], judges
             _examples(examples, photo)
             methods = _method_picker(catalog, "Methods")
             n_keys = gr.Slider(minimum=2, maximum=MAX_KEYS, value=4, step=1, label="Number of keys")
-            base_key = gr.Textbox(value="", label="Base key", type="password",
-                                  info="empty = fresh random keys; else keys are '<base>#1', '<base>#2', ...")
+            base_key = gr.Textbox(value="", label="Base key", type="password", info="empty = fresh random keys; else keys are '<base>#1', '<base>#2', ...")
             judge = gr.Dropdown(choices=judges, value=JUDGES[0], label="Identity judge")
             with gr.Accordion("Method controls", open=False):
                 ctrls, keys = _control_inputs(catalog)
@@ -1321,16 +1365,18 @@ def _diversity_tab(catalog: dict[str, MethodStatus], examples: list[str], judges
         with gr.Column(scale=2):
             gallery = _gallery("One row per method, one column per key", columns=4)
             status = gr.Markdown(label="Status")
-            table = gr.Dataframe(label="Diversity", interactive=False,
-                                 headers=["method", "keys", "mean pairwise identity score", "mean identity score vs original", "seconds per key", "note"])
+            table = gr.Dataframe(
+                label="Diversity",
+                interactive=False,
+                headers=["method", "keys", "mean pairwise identity score", "mean identity score vs original", "seconds per key", "note"],
+            )
             zipped = gr.File(label="Download (PNGs and JSON reports)", interactive=False)
     # one gallery row per method: as many columns as keys
     n_keys.change(lambda n: gr.Gallery(columns=int(n)), n_keys, gallery, queue=False, api_visibility="private")
     return _Tab([photo, methods, n_keys, base_key, judge, *ctrls], [gallery, table, zipped, status], keys, run)
 
 
-def _wire(tab: _Tab, task: Callable, names: list[str], api_name: str, catalog: dict[str, MethodStatus], cache: str,
-          progress: bool = False) -> None:
+def _wire(tab: _Tab, task: Callable, names: list[str], api_name: str, catalog: dict[str, MethodStatus], cache: str, progress: bool = False) -> None:
     """``tab.button`` runs ``task(catalog, *named inputs, control_keys, control values)`` (with ``progress``:
     and Gradio's progress bar as a last argument).
 
@@ -1381,8 +1427,7 @@ def build_app(catalog: dict[str, MethodStatus] | None = None) -> gr.Blocks:
             _wire(roundtrip, recover_roundtrip, ["photo", "methods", "key", "wrong_key", "judge"], "recover_roundtrip", catalog, cache)
             _wire(from_file, recover_file, ["photo", "method", "key"], "recover_file", catalog, cache)
         with gr.Tab("Diversity", id="diversity"):
-            _wire(_diversity_tab(catalog, examples, judges), diversity_grid,
-                  ["photo", "methods", "n_keys", "base_key", "judge"], "diversity", catalog, cache)
+            _wire(_diversity_tab(catalog, examples, judges), diversity_grid, ["photo", "methods", "n_keys", "base_key", "judge"], "diversity", catalog, cache)
     for block in demo.blocks.values():
         if isinstance(block, gr.components.Component) and getattr(block, "interactive", None) is not False:
             _gradio_checks_as_user_errors(block)

@@ -116,8 +116,7 @@ def main(argv: list[str] | None = None) -> dict:
     if missing:
         raise SystemExit(f"error: not available here: {', '.join(missing)}")
     demo = space_app.build_app(catalog)
-    _, url, _ = space_app.launch(demo, server_port=_free_port(), server_name="127.0.0.1", prevent_thread_lock=True,
-                                 quiet=True, max_file_size=args.max_upload)
+    _, url, _ = space_app.launch(demo, server_port=_free_port(), server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, max_file_size=args.max_upload)
     photo = Path(next(p for p in space_app.example_photos() if Path(p).stem == "astronaut"))
     original = np.asarray(Image.open(photo).convert("RGB"))
     work = Path(tempfile.mkdtemp(prefix="app_load_"))
@@ -162,8 +161,16 @@ def main(argv: list[str] | None = None) -> dict:
             for label, fn in bad_cases.items():
                 running = sum(not g.done() for g in good)
                 seconds, out, err = fn()
-                bad.append({"case": label, "round": r, "seconds": round(seconds, 3), "answer": err,
-                            "refused": out is None and err is not None, "good_requests_pending": running})
+                bad.append(
+                    {
+                        "case": label,
+                        "round": r,
+                        "seconds": round(seconds, 3),
+                        "answer": err,
+                        "refused": out is None and err is not None,
+                        "good_requests_pending": running,
+                    }
+                )
         good = [g.result() for g in good]
     wall = time.perf_counter() - t_start
 
@@ -173,8 +180,7 @@ def main(argv: list[str] | None = None) -> dict:
         c, s = _downloads_holding(original, out)
         checked, same = checked + c, same + s
     exposed = _exposed(space_app.gradio_temp_dir()) + _exposed(space_app._app_dir())
-    world_readable_originals = [p for p in exposed if Path(p.split(" ")[0]).is_file() and
-                                Path(p.split(" ")[0]).suffix.lower() in (".png", ".jpg", ".jpeg")]
+    world_readable_originals = [p for p in exposed if Path(p.split(" ")[0]).is_file() and Path(p.split(" ")[0]).suffix.lower() in (".png", ".jpg", ".jpeg")]
     demo.close()
 
     during = [b for b in bad if b["good_requests_pending"] > 0]

@@ -196,7 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line("benchmarks.appearance", argv),
         "compositing": "off (plain 5-point paste)" if args.paste else "on (zoo.compositing)",
         "methods": {
-            m: {"tuning": summarise([r for r in rs if r["split"] == "tuning"]), "held-out": summarise([r for r in rs if r["split"] == "held-out"]), "seconds": round(seconds[m], 1), "faces": rs}
+            m: {
+                "tuning": summarise([r for r in rs if r["split"] == "tuning"]),
+                "held-out": summarise([r for r in rs if r["split"] == "held-out"]),
+                "seconds": round(seconds[m], 1),
+                "faces": rs,
+            }
             for m, rs in rows.items()
         },
     }

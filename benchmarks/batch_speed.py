@@ -19,7 +19,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
 import torch
 
 import zoo
@@ -61,21 +60,40 @@ def main(argv: list[str] | None = None) -> dict:
         t_batch = _median_seconds(lambda: m.anonymize(faces, key=key, aligned=True), args.repeat)
         n_faces = len(m.anonymize(photo, key=key).faces)
         t_photo = _median_seconds(lambda: m.anonymize(photo, key=key), args.repeat)
-        row = {"method": name, "resolution": m.resolution, "weights": m.weights_text, "batch": args.batch,
-               "faces_per_s": round(args.batch / t_batch, 2), "photo_s": round(t_photo, 3), "photo_faces": n_faces}
+        row = {
+            "method": name,
+            "resolution": m.resolution,
+            "weights": m.weights_text,
+            "batch": args.batch,
+            "faces_per_s": round(args.batch / t_batch, 2),
+            "photo_s": round(t_photo, 3),
+            "photo_faces": n_faces,
+        }
         rows.append(row)
         print(row, flush=True)
 
     command = "python benchmarks/batch_speed.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     machine = f"{platform.machine()} {platform.processor() or ''}".strip() if args.device == "cpu" else torch.cuda.get_device_name()
-    out = {"command": command, "device": args.device, "machine": machine, "threads": args.threads, "torch": torch.__version__,
-           "photo": f"{Path(photo_path).name} ({photo.shape[1]}x{photo.shape[0]})", "repeat": args.repeat, "rows": rows}
+    out = {
+        "command": command,
+        "device": args.device,
+        "machine": machine,
+        "threads": args.threads,
+        "torch": torch.__version__,
+        "photo": f"{Path(photo_path).name} ({photo.shape[1]}x{photo.shape[0]})",
+        "repeat": args.repeat,
+        "rows": rows,
+    }
     stem = OUT / f"batch_speed_{args.device}"
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1))
-    md = [f"Command: `{command}`; {machine}, {args.threads} torch threads, torch {torch.__version__}; median of {args.repeat} runs after a warm-up.",
-          f"Aligned: {args.batch} generated faces in one `anonymize(..., aligned=True)` call. Photo: {out['photo']}, every face detected, anonymized in one batch and pasted back.",
-          "", "| method | crop px | aligned faces / s | photo (s) | faces in the photo | weights |", "|---|---|---|---|---|---|"]
+    md = [
+        f"Command: `{command}`; {machine}, {args.threads} torch threads, torch {torch.__version__}; median of {args.repeat} runs after a warm-up.",
+        f"Aligned: {args.batch} generated faces in one `anonymize(..., aligned=True)` call. Photo: {out['photo']}, every face detected, anonymized in one batch and pasted back.",
+        "",
+        "| method | crop px | aligned faces / s | photo (s) | faces in the photo | weights |",
+        "|---|---|---|---|---|---|",
+    ]
     md += [f"| {r['method']} | {r['resolution']} | {r['faces_per_s']} | {r['photo_s']} | {r['photo_faces']} | {r['weights'] or 'none needed'} |" for r in rows]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     return out

@@ -38,8 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 QUICK_NOTE = (
-    " (quick: no warmup; batch < 8: one call, then 1 timed iteration; batch >= 8: the single first call"
-    " is timed; torch.compile only at the smallest batch)"
+    " (quick: no warmup; batch < 8: one call, then 1 timed iteration; batch >= 8: the single first call is timed; torch.compile only at the smallest batch)"
 )
 
 
@@ -126,7 +125,7 @@ def time_case(
                     run(x)
                 _sync(device)
                 dt = time.perf_counter() - t0
-    except Exception as err:  # compile on an unsupported platform, OOM, ...
+    except Exception as err:  # noqa: BLE001 - compile on an unsupported platform, OOM, ...: reported in the row
         row["error"] = f"{type(err).__name__}: {str(err).splitlines()[0][:200] if str(err) else ''}"
         if device.type == "cuda":
             torch.cuda.empty_cache()
@@ -145,8 +144,7 @@ def to_markdown(report: dict[str, Any]) -> str:
     lines = [
         f"# Backbone throughput on {report['device']}",
         "",
-        f"torch {report['torch']}, {report['date']}, warmup {report['warmup']}, iters {report['iters']}"
-        f"{QUICK_NOTE if report['quick'] else ''}.",
+        f"torch {report['torch']}, {report['date']}, warmup {report['warmup']}, iters {report['iters']}{QUICK_NOTE if report['quick'] else ''}.",
         "Command: `" + report["command"] + "`",
         "",
         "| model | batch | dtype | mode | images/s | ms/batch | first call s | peak GiB | note |",
@@ -216,7 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for label, build in builders.items():
         try:
             module, fn, make_input = build()
-        except Exception as err:
+        except Exception as err:  # noqa: BLE001 - a backbone that cannot be built here is reported as skipped
             msg = f"skipped: {type(err).__name__}: {err}"
             print(f"[{label}] {msg}", flush=True)
             report["results"].append({"model": label, "note": msg})

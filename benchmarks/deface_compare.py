@@ -36,7 +36,6 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
-
 import real_photos as RP  # noqa: E402
 
 
@@ -103,10 +102,17 @@ def summarise(rows: list[dict], dlib_thr: float, sface_thr: float) -> dict:
     big = size >= MIN_JUDGED
     dm = (d < dlib_thr) & big
     sm = (s < sface_thr) & big[sf_ok]
-    return {"faces": int(len(d)), "judged": int(big.sum()), "too_small_to_judge": int((~big).sum()),
-            "dlib_matched": int(dm.sum()), "dlib_mean_distance": round(float(d[big].mean()), 4) if big.any() else None,
-            "sface_judged": int(big[sf_ok].sum()), "sface_matched": int(sm.sum()), "untouched": int(u.sum()),
-            "matched_or_untouched": int((dm | u).sum() + 0 * sm.sum())}
+    return {
+        "faces": int(len(d)),
+        "judged": int(big.sum()),
+        "too_small_to_judge": int((~big).sum()),
+        "dlib_matched": int(dm.sum()),
+        "dlib_mean_distance": round(float(d[big].mean()), 4) if big.any() else None,
+        "sface_judged": int(big[sf_ok].sum()),
+        "sface_matched": int(sm.sum()),
+        "untouched": int(u.sum()),
+        "matched_or_untouched": int((dm | u).sum() + 0 * sm.sum()),
+    }
 
 
 def main(argv=None) -> int:
@@ -144,7 +150,7 @@ def main(argv=None) -> int:
     key = zoo.Secret("benchmark")  # stretched once for the run, as the CLI does (noise is keyed)
     for name in [m.strip() for m in args.methods.split(",") if m.strip()]:
         method = zoo.load(name, device="cpu")
-        runners[name] = (lambda m, c: (lambda img: np.asarray(m.anonymize(img, key=key, **c))))(method, controls.get(name, {}))
+        runners[name] = (lambda m, c: lambda img: np.asarray(m.anonymize(img, key=key, **c)))(method, controls.get(name, {}))
     if not args.no_deface:
         runners["deface 1.5.0"] = _deface_runner()
     for run in runners.values():  # warm up (model loading, first-call costs)
@@ -166,8 +172,16 @@ def main(argv=None) -> int:
                 r["photo"] = pname
                 per[n][how].append(r)
         print(how, "done", flush=True)
-    res = {"photos": {n: len(b) for n, (_, b) in photos.items()}, "transforms": transforms, "controls": controls, "detector": detector,
-           "threads": args.threads, "cpu": platform.processor() or platform.machine(), "photo_runs": count, "methods": {}}
+    res = {
+        "photos": {n: len(b) for n, (_, b) in photos.items()},
+        "transforms": transforms,
+        "controls": controls,
+        "detector": detector,
+        "threads": args.threads,
+        "cpu": platform.processor() or platform.machine(),
+        "photo_runs": count,
+        "methods": {},
+    }
     for n in runners:
         rows_all = [r for t in transforms for r in per[n][t]]
         res["methods"][n] = {
@@ -191,18 +205,27 @@ def main(argv=None) -> int:
 def to_markdown(res: dict) -> str:
     n = sum(res["photos"].values())
     tr = res["transforms"]
-    lines = [f"# Baselines vs deface 1.5.0 ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} known faces per transform)", "",
-             f"`python benchmarks/deface_compare.py`; CPU, {res['threads']} threads, {res['photo_runs']} photo runs per method, zoo detector `{res.get('detector')}`."
-             + (f" Controls: {res['controls']}." if res["controls"] else " Defaults."), "",
-             f"Faces matched by dlib (< 0.6) / by SFace (>= 0.363 cosine) / untouched, per transform. Faces under {MIN_JUDGED:g} px "
-             "(the crowd at 0.25x: ~9 px) are not judged (dlib matches them even to a flat gray disc) but are counted when untouched.", "",
-             "| method | " + " | ".join(tr) + " | all: dlib / SFace / untouched | dlib mean distance | photos/s | vs deface |",
-             "|---|" + "---|" * (len(tr) + 4)]
+    lines = [
+        f"# Baselines vs deface 1.5.0 ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} known faces per transform)",
+        "",
+        f"`python benchmarks/deface_compare.py`; CPU, {res['threads']} threads, {res['photo_runs']} photo runs per method, zoo detector `{res.get('detector')}`."
+        + (f" Controls: {res['controls']}." if res["controls"] else " Defaults."),
+        "",
+        f"Faces matched by dlib (< 0.6) / by SFace (>= 0.363 cosine) / untouched, per transform. Faces under {MIN_JUDGED:g} px "
+        "(the crowd at 0.25x: ~9 px) are not judged (dlib matches them even to a flat gray disc) but are counted when untouched.",
+        "",
+        "| method | " + " | ".join(tr) + " | all: dlib / SFace / untouched | dlib mean distance | photos/s | vs deface |",
+        "|---|" + "---|" * (len(tr) + 4),
+    ]
     for name, m in res["methods"].items():
         cells = [f"{v['dlib_matched']}/{v['sface_matched']}/{v['untouched']}" for v in (m["per_transform"][t] for t in tr)]
         a = m["all"]
-        lines.append(f"| {name} | " + " | ".join(cells) + f" | {a['dlib_matched']} (of {a['judged']}) / {a['sface_matched']} (of {a['sface_judged']}) / {a['untouched']} (of {a['faces']})"
-                     + f" | {a['dlib_mean_distance']} | {m['photos_per_second']} | {m.get('speed_vs_deface', '')} |")
+        lines.append(
+            f"| {name} | "
+            + " | ".join(cells)
+            + f" | {a['dlib_matched']} (of {a['judged']}) / {a['sface_matched']} (of {a['sface_judged']}) / {a['untouched']} (of {a['faces']})"
+            + f" | {a['dlib_mean_distance']} | {m['photos_per_second']} | {m.get('speed_vs_deface', '')} |"
+        )
     lines += ["", "dlib mean distance per transform:", "", "| method | " + " | ".join(tr) + " |", "|---|" + "---|" * len(tr)]
     for name, m in res["methods"].items():
         lines.append(f"| {name} | " + " | ".join(str(m["per_transform"][t]["dlib_mean_distance"]) for t in tr) + " |")

@@ -49,16 +49,24 @@ def main(argv: list[str] | None = None) -> int:
             times = {"anonymize": [], "recover": []}
             anon = np.asarray(m.anonymize(face, key=key, aligned=True, **controls))  # warm-up
             for _ in range(args.repeat):
-                t = time.perf_counter(); anon = np.asarray(m.anonymize(face, key=key, aligned=True, **controls)); times["anonymize"].append(time.perf_counter() - t)
-                t = time.perf_counter(); m.recover(anon, key=key, aligned=True, **controls); times["recover"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                anon = np.asarray(m.anonymize(face, key=key, aligned=True, **controls))
+                times["anonymize"].append(time.perf_counter() - t)
+                t = time.perf_counter()
+                m.recover(anon, key=key, aligned=True, **controls)
+                times["recover"].append(time.perf_counter() - t)
             rows.append({"method": name, "controls": controls, **{k: round(statistics.median(v), 3) for k, v in times.items()}, "weights": m.weights.label})
             print(rows[-1], flush=True)
     cmd = ("python benchmarks/demo_speed.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))).strip()
     machine = f"{platform.processor() or platform.machine()}, {args.threads} torch threads, torch {torch.__version__}"
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps({"command": cmd, "machine": machine, "rows": rows}, indent=1))
-    md = [f"Command: `{cmd}`; {machine}; median of {args.repeat} runs, one aligned 64 px face (privacy guard on, the default).", "",
-          "| method | controls | anonymize (s) | recover (s) |", "|---|---|---|---|"]
+    md = [
+        f"Command: `{cmd}`; {machine}; median of {args.repeat} runs, one aligned 64 px face (privacy guard on, the default).",
+        "",
+        "| method | controls | anonymize (s) | recover (s) |",
+        "|---|---|---|---|",
+    ]
     md += [f"| {r['method']} | {', '.join(f'{k}={v:g}' for k, v in r['controls'].items()) or 'defaults'} | {r['anonymize']} | {r['recover']} |" for r in rows]
     OUT.with_suffix(".md").write_text("\n".join(md) + "\n")
     return 0

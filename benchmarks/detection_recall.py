@@ -25,7 +25,6 @@ sys.path.insert(0, str(HERE))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
-
 import real_photos as RP  # noqa: E402
 
 DEFAULT_CONFIGS = "yunet:0,yunet,centerface:0,retinaface:0,yunet+centerface:0,yunet+centerface,yunet+retinaface"
@@ -63,25 +62,55 @@ def run(configs: list[str], transforms: list[str]) -> dict:
         coffee_faces = len(detect_faces(coffee, det, upscale=upscale))
         found_all = sum(v["found"] for v in per.values())
         total_all = sum(v["faces"] for v in per.values())
-        rows[cfg] = {"per_transform": per, "found": found_all, "faces": total_all, "recall": round(found_all / total_all, 4),
-                     "extra_detections": extra, "coffee_detections": coffee_faces,
-                     "seconds_per_photo": round(seconds / n_photos, 3), "photos": n_photos}
-        print(cfg, rows[cfg]["recall"], {k: v["found"] for k, v in per.items()}, "extra", extra, "coffee", coffee_faces,
-              "s/photo", rows[cfg]["seconds_per_photo"], flush=True)
-    return {"photos": {n: len(b) for n, (_, b) in photos.items()}, "transforms": transforms, "configs": rows,
-            "threads": torch.get_num_threads(), "cv2_threads": cv2.getNumThreads(), "cpu": platform.processor() or platform.machine()}
+        rows[cfg] = {
+            "per_transform": per,
+            "found": found_all,
+            "faces": total_all,
+            "recall": round(found_all / total_all, 4),
+            "extra_detections": extra,
+            "coffee_detections": coffee_faces,
+            "seconds_per_photo": round(seconds / n_photos, 3),
+            "photos": n_photos,
+        }
+        print(
+            cfg,
+            rows[cfg]["recall"],
+            {k: v["found"] for k, v in per.items()},
+            "extra",
+            extra,
+            "coffee",
+            coffee_faces,
+            "s/photo",
+            rows[cfg]["seconds_per_photo"],
+            flush=True,
+        )
+    return {
+        "photos": {n: len(b) for n, (_, b) in photos.items()},
+        "transforms": transforms,
+        "configs": rows,
+        "threads": torch.get_num_threads(),
+        "cv2_threads": cv2.getNumThreads(),
+        "cpu": platform.processor() or platform.machine(),
+    }
 
 
 def to_markdown(res: dict) -> str:
     tr = res["transforms"]
     n = sum(res["photos"].values())
-    lines = [f"# Face-detection recall on real photos ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} faces per transform)", "",
-             f"`python benchmarks/detection_recall.py`; CPU, {res['threads']} threads. Faces found / {n} per transform.", "",
-             "| detector:upscale | " + " | ".join(tr) + " | all | extra boxes | coffee | s/photo |",
-             "|---|" + "---|" * (len(tr) + 4)]
+    lines = [
+        f"# Face-detection recall on real photos ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} faces per transform)",
+        "",
+        f"`python benchmarks/detection_recall.py`; CPU, {res['threads']} threads. Faces found / {n} per transform.",
+        "",
+        "| detector:upscale | " + " | ".join(tr) + " | all | extra boxes | coffee | s/photo |",
+        "|---|" + "---|" * (len(tr) + 4),
+    ]
     for cfg, r in res["configs"].items():
-        lines.append(f"| `{cfg}` | " + " | ".join(str(r["per_transform"][t]["found"]) for t in tr)
-                     + f" | {r['found']}/{r['faces']} ({100 * r['recall']:.1f}%) | {r['extra_detections']} | {r['coffee_detections']} | {r['seconds_per_photo']} |")
+        lines.append(
+            f"| `{cfg}` | "
+            + " | ".join(str(r["per_transform"][t]["found"]) for t in tr)
+            + f" | {r['found']}/{r['faces']} ({100 * r['recall']:.1f}%) | {r['extra_detections']} | {r['coffee_detections']} | {r['seconds_per_photo']} |"
+        )
     return "\n".join(lines) + "\n"
 
 

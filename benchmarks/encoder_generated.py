@@ -32,9 +32,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
 
+    from benchmarks.reconstruct_real import fidelity_curve
     from training.evaluate import wilson_interval
     from zoo.imageio import from_tensor
-    from benchmarks.reconstruct_real import fidelity_curve
     from zoo.inversion import ALIGN_SIZE
     from zoo.judges import get_judge
     from zoo.nn.mobilestylegan import load_mobilestylegan
@@ -75,13 +75,21 @@ def main(argv: list[str] | None = None) -> int:
                 "seconds_per_face_median": round(float(np.median([r["seconds"] for r in per])), 2),
             }
     result = {"command": command_line("benchmarks.encoder_generated", argv), "threads": a.threads, "faces": a.n, "summary": summary}
-    lines = ["# The W+ encoder on unseen generated faces", "", f"`{result['command'].strip()}`, {a.threads} threads; dlib judge at 0.6, k/n [95% Wilson].", "",
-             "| start | refinement steps | same person (dlib) | face PSNR dB (median) | SFace cos (median) | s/face (median) |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# The W+ encoder on unseen generated faces",
+        "",
+        f"`{result['command'].strip()}`, {a.threads} threads; dlib judge at 0.6, k/n [95% Wilson].",
+        "",
+        "| start | refinement steps | same person (dlib) | face PSNR dB (median) | SFace cos (median) | s/face (median) |",
+        "|---|---|---|---|---|---|",
+    ]
     for start_name, per in summary.items():
         for s, r in per.items():
             sp = r["same_person"]
-            lines.append(f"| {start_name} | {s} | {sp['k']}/{sp['n']} [{sp['95ci'][0]:.2f}, {sp['95ci'][1]:.2f}] | {r['psnr_face_db_median']:.1f} | "
-                         f"{r['sface_cosine_median']:.3f} | {r['seconds_per_face_median']:.2f} |")
+            lines.append(
+                f"| {start_name} | {s} | {sp['k']}/{sp['n']} [{sp['95ci'][0]:.2f}, {sp['95ci'][1]:.2f}] | {r['psnr_face_db_median']:.1f} | "
+                f"{r['sface_cosine_median']:.3f} | {r['seconds_per_face_median']:.2f} |"
+            )
     write_results(a.out, result, lines)
     print("\n".join(lines))
     return 0

@@ -91,8 +91,16 @@ def roc(same: np.ndarray, diff: np.ndarray, fmrs=(0.0001, 0.001, 0.01, 0.05)) ->
         k = max(int(np.floor(fmr * len(diff))), 1)
         thr = float(srt[k - 1])
         hits = int((same >= thr).sum())
-        out.append({"fmr": fmr, "threshold": round(thr, 4), "false_matches": int((diff >= thr).sum()), "different_pairs": len(diff),
-                    "true_match_rate": round(hits / len(same), 4), "true_match_ci95": [round(v, 4) for v in wilson_interval(hits, len(same))]})
+        out.append(
+            {
+                "fmr": fmr,
+                "threshold": round(thr, 4),
+                "false_matches": int((diff >= thr).sum()),
+                "different_pairs": len(diff),
+                "true_match_rate": round(hits / len(same), 4),
+                "true_match_ci95": [round(v, 4) for v in wilson_interval(hits, len(same))],
+            }
+        )
     return out
 
 
@@ -110,8 +118,14 @@ def main(argv: list[str] | None = None) -> int:
     n_id = len(names)
     variants = [(i, kind, img) for i, c in enumerate(crops) for kind, img in _augment(c).items()]
     variants += [(i, "fine_styles", fine[i]) for i in range(len(fine))]
-    result: dict = {"command": command_line("benchmarks.faceres_calibration", argv), "identities": n_id,
-                    "generated": len(fine), "real_tuning_faces": n_id - len(fine), "fmr": a.fmr, "judges": {}}
+    result: dict = {
+        "command": command_line("benchmarks.faceres_calibration", argv),
+        "identities": n_id,
+        "generated": len(fine),
+        "real_tuning_faces": n_id - len(fine),
+        "fmr": a.fmr,
+        "judges": {},
+    }
     iu = np.triu_indices(n_id, 1)
     for name in ("faceres", "sface"):
         judge = get_judge(name)
@@ -120,44 +134,68 @@ def main(argv: list[str] | None = None) -> int:
         nb = base / np.linalg.norm(base, axis=1, keepdims=True)
         diff = (nb @ nb.T)[iu]
         same = judge.score(base[[v[0] for v in variants]], var)
-        real_diff = (nb[len(fine):] @ nb[len(fine):].T)[np.triu_indices(n_id - len(fine), 1)]
+        real_diff = (nb[len(fine) :] @ nb[len(fine) :].T)[np.triu_indices(n_id - len(fine), 1)]
         by_kind = {}
         for kind in sorted({v[1] for v in variants}):
             sel = np.array([v[1] == kind for v in variants])
             by_kind[kind] = {"pairs": int(sel.sum()), "median_cosine": round(float(np.median(same[sel])), 4)}
-        entry = {"same_pairs": len(same), "different_pairs": len(diff), "roc": roc(same, diff), "by_variant": by_kind,
-                 "different_median": round(float(np.median(diff)), 4), "same_median": round(float(np.median(same)), 4),
-                 "real_different_max": round(float(real_diff.max()), 4) if len(real_diff) else None}
+        entry = {
+            "same_pairs": len(same),
+            "different_pairs": len(diff),
+            "roc": roc(same, diff),
+            "by_variant": by_kind,
+            "different_median": round(float(np.median(diff)), 4),
+            "same_median": round(float(np.median(same)), 4),
+            "real_different_max": round(float(real_diff.max()), 4) if len(real_diff) else None,
+        }
         if name == "sface":
             k_fm, k_tm = int((diff >= judge.threshold).sum()), int((same >= judge.threshold).sum())
-            entry["published_threshold"] = {"threshold": judge.threshold, "false_match_rate": round(k_fm / len(diff), 5),
-                                            "false_match_ci95": [round(v, 5) for v in wilson_interval(k_fm, len(diff))],
-                                            "true_match_rate": round(k_tm / len(same), 4),
-                                            "true_match_ci95": [round(v, 4) for v in wilson_interval(k_tm, len(same))]}
+            entry["published_threshold"] = {
+                "threshold": judge.threshold,
+                "false_match_rate": round(k_fm / len(diff), 5),
+                "false_match_ci95": [round(v, 5) for v in wilson_interval(k_fm, len(diff))],
+                "true_match_rate": round(k_tm / len(same), 4),
+                "true_match_ci95": [round(v, 4) for v in wilson_interval(k_tm, len(same))],
+            }
         else:
             entry["chosen"] = roc(same, diff, (a.fmr,))[0]
         result["judges"][name] = entry
 
     fr = result["judges"]["faceres"]
-    lines = ["# FaceRes calibration", "", f"`{result['command']}`", "",
-             f"{n_id} identities ({result['generated']} generated, {result['real_tuning_faces']} real from the tuning photo), "
-             f"{fr['different_pairs']} different-person pairs, {fr['same_pairs']} same-person pairs (each identity's crop "
-             "transformed: mirror, grey, JPEG 40, 64 px, 8 degrees, 70% light; generated faces also with another face's "
-             "fine styles). Same-person pairs are one photograph transformed: their rates are upper bounds.", "",
-             "| recognizer | FMR | cosine threshold | false matches | same-person rate [95% CI] |", "|---|---|---|---|---|"]
+    lines = [
+        "# FaceRes calibration",
+        "",
+        f"`{result['command']}`",
+        "",
+        f"{n_id} identities ({result['generated']} generated, {result['real_tuning_faces']} real from the tuning photo), "
+        f"{fr['different_pairs']} different-person pairs, {fr['same_pairs']} same-person pairs (each identity's crop "
+        "transformed: mirror, grey, JPEG 40, 64 px, 8 degrees, 70% light; generated faces also with another face's "
+        "fine styles). Same-person pairs are one photograph transformed: their rates are upper bounds.",
+        "",
+        "| recognizer | FMR | cosine threshold | false matches | same-person rate [95% CI] |",
+        "|---|---|---|---|---|",
+    ]
     for name, entry in result["judges"].items():
         for r in entry["roc"]:
-            lines.append(f"| {name} | {r['fmr']} | {r['threshold']} | {r['false_matches']} of {r['different_pairs']} | "
-                         f"{r['true_match_rate']} [{r['true_match_ci95'][0]}, {r['true_match_ci95'][1]}] |")
+            lines.append(
+                f"| {name} | {r['fmr']} | {r['threshold']} | {r['false_matches']} of {r['different_pairs']} | "
+                f"{r['true_match_rate']} [{r['true_match_ci95'][0]}, {r['true_match_ci95'][1]}] |"
+            )
     c = fr["chosen"]
     pub = result["judges"]["sface"]["published_threshold"]
-    lines += ["", f"Chosen FaceRes threshold (FMR {a.fmr}): cosine **{c['threshold']}**, same-person rate {c['true_match_rate']} "
-              f"[{c['true_match_ci95'][0]}, {c['true_match_ci95'][1]}]. The most similar two different real people of the tuning "
-              f"photo: {fr['real_different_max']}.", "",
-              f"SFace at its published 0.363 on the same pairs: false-match rate {pub['false_match_rate']} "
-              f"[{pub['false_match_ci95'][0]}, {pub['false_match_ci95'][1]}], same-person rate {pub['true_match_rate']} "
-              f"[{pub['true_match_ci95'][0]}, {pub['true_match_ci95'][1]}].", "",
-              "| variant | pairs | FaceRes median cosine | SFace median cosine |", "|---|---|---|---|"]
+    lines += [
+        "",
+        f"Chosen FaceRes threshold (FMR {a.fmr}): cosine **{c['threshold']}**, same-person rate {c['true_match_rate']} "
+        f"[{c['true_match_ci95'][0]}, {c['true_match_ci95'][1]}]. The most similar two different real people of the tuning "
+        f"photo: {fr['real_different_max']}.",
+        "",
+        f"SFace at its published 0.363 on the same pairs: false-match rate {pub['false_match_rate']} "
+        f"[{pub['false_match_ci95'][0]}, {pub['false_match_ci95'][1]}], same-person rate {pub['true_match_rate']} "
+        f"[{pub['true_match_ci95'][0]}, {pub['true_match_ci95'][1]}].",
+        "",
+        "| variant | pairs | FaceRes median cosine | SFace median cosine |",
+        "|---|---|---|---|",
+    ]
     for kind, e in fr["by_variant"].items():
         lines.append(f"| {kind} | {e['pairs']} | {e['median_cosine']} | {result['judges']['sface']['by_variant'][kind]['median_cosine']} |")
     write_results(a.out, result, lines)

@@ -36,8 +36,20 @@ def face_mesh(crops: np.ndarray, boxes: np.ndarray, tmp: Path) -> np.ndarray:
         m = np.array([[192 / (x1 - x0), 0, -x0 * 192 / (x1 - x0)], [0, 192 / (y1 - y0), -y0 * 192 / (y1 - y0)]])
         inputs.append(cv2.warpAffine(c, m, (192, 192), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REFLECT_101))
     (np.stack(inputs).astype("<f4") / 255).tofile(tmp / "in.f32")
-    subprocess.run(["node", str(ROOT / "tools" / "tfjs_reference.mjs"), str(faceres_source_dir() / "models" / "facemesh.json"),
-                    str(tmp / "in.f32"), f"{len(crops)},192,192,3", str(tmp / "mesh"), "Identity_2"], check=True, cwd=ROOT, capture_output=True)
+    subprocess.run(
+        [
+            "node",
+            str(ROOT / "tools" / "tfjs_reference.mjs"),
+            str(faceres_source_dir() / "models" / "facemesh.json"),
+            str(tmp / "in.f32"),
+            f"{len(crops)},192,192,3",
+            str(tmp / "mesh"),
+            "Identity_2",
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+    )
     pts = np.fromfile(tmp / "mesh.0.f32", "<f4").reshape(len(crops), 468, 3)[..., :2]
     scale = (boxes[:, 2:] - boxes[:, :2]) / 192
     return pts * scale[:, None] + boxes[:, None, :2]
@@ -72,13 +84,17 @@ def main(argv: list[str] | None = None) -> int:
     bbox = np.concatenate(all_boxes).mean(0)
     ctr, size = (bbox[:2] + bbox[2:]) / 2, bbox[2:] - bbox[:2]
     box = [0.5 - 0.75 * size[0], ctr[1] - 0.75 * size[1], 0.5 + 0.75 * size[0], ctr[1] + 0.75 * size[1]]
-    result.update({"faces": int(sum(len(c) for c in sets.values())), "mesh_bbox_mean": bbox.round(4).tolist(), "faceres_box": [round(float(v), 3) for v in box]})
-    lines = ["# FaceRes crop in the FFHQ frame", "", f"`{result['command']}`", "",
-             "| faces | n | mesh bbox mean (x0, y0, x1, y1) | sd |", "|---|---|---|---|"]
+    result.update(
+        {"faces": int(sum(len(c) for c in sets.values())), "mesh_bbox_mean": bbox.round(4).tolist(), "faceres_box": [round(float(v), 3) for v in box]}
+    )
+    lines = ["# FaceRes crop in the FFHQ frame", "", f"`{result['command']}`", "", "| faces | n | mesh bbox mean (x0, y0, x1, y1) | sd |", "|---|---|---|---|"]
     for name, e in result["sets"].items():
         lines.append(f"| {name} | {e['faces']} | {e['mesh_bbox_mean']} | {e['mesh_bbox_sd']} |")
-    lines += ["", f"All {result['faces']} faces: mesh bbox {result['mesh_bbox_mean']}; enlarged 1.5x about its centre, x centred "
-              f"on 0.5: **{result['faceres_box']}** (units of the FFHQ crop side)."]
+    lines += [
+        "",
+        f"All {result['faces']} faces: mesh bbox {result['mesh_bbox_mean']}; enlarged 1.5x about its centre, x centred "
+        f"on 0.5: **{result['faceres_box']}** (units of the FFHQ crop side).",
+    ]
     write_results(OUT, result, lines)
     print("\n".join(lines))
     return 0

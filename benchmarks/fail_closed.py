@@ -73,9 +73,13 @@ def summarise(rows: list[dict], dlib_thr: float, key: str = "dlib") -> dict:
     judged = [r for r in rows if r["size"] >= MIN_JUDGED and key in r]
     matched = [r for r in judged if r[key] < dlib_thr]
     untouched = sum(r["untouched"] for r in rows) if key == "dlib" else None
-    out = {"faces": len(rows), "judged": len(judged), "matched": len(matched),
-           "matched_ci95": [round(v, 4) for v in wilson_interval(len(matched), len(judged))] if judged else None,
-           "untouched": untouched}
+    out = {
+        "faces": len(rows),
+        "judged": len(judged),
+        "matched": len(matched),
+        "matched_ci95": [round(v, 4) for v in wilson_interval(len(matched), len(judged))] if judged else None,
+        "untouched": untouched,
+    }
     for name in ("sface", "faceres"):
         vals = [r[name] for r in judged if name in r]
         if vals:
@@ -129,12 +133,18 @@ def main(argv: list[str] | None = None) -> int:
         result["methods"][method_name] = entry
         print(method_name, entry, flush=True)
 
-    lines = ["# Fail closed on real photos x 7 transforms", "", f"`{result['command']}`", "",
-             "Tuning: t1 (6 faces). Held-out: astronaut, camera, Tom Hanks (1 face each). Transforms: " + ", ".join(a.transforms.split(",")) + ".",
-             "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes: median cosine",
-             "distance to the original (the guard's two recognizers). Wrong key: the output recovered with another key.", "",
-             "| method | split | dlib matched [95% CI] | untouched | SFace median | FaceRes median | wrong key: dlib matched |",
-             "|---|---|---|---|---|---|---|"]
+    lines = [
+        "# Fail closed on real photos x 7 transforms",
+        "",
+        f"`{result['command']}`",
+        "",
+        "Tuning: t1 (6 faces). Held-out: astronaut, camera, Tom Hanks (1 face each). Transforms: " + ", ".join(a.transforms.split(",")) + ".",
+        "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes: median cosine",
+        "distance to the original (the guard's two recognizers). Wrong key: the output recovered with another key.",
+        "",
+        "| method | split | dlib matched [95% CI] | untouched | SFace median | FaceRes median | wrong key: dlib matched |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for m, e in result["methods"].items():
         for split in ("tuning", "held-out"):
             s = e[split]
@@ -142,9 +152,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             ci = s["matched_ci95"] or [0, 0]
             w = s.get("wrong_key")
-            lines.append(f"| {m} | {split} | {s['matched']} of {s['judged']} [{ci[0]}, {ci[1]}] | {s['untouched']} of {s['faces']} | "
-                         f"{s.get('sface_median_distance', '-')} | {s.get('faceres_median_distance', '-')} | "
-                         f"{(str(w['matched']) + ' of ' + str(w['judged'])) if w else '-'} |")
+            lines.append(
+                f"| {m} | {split} | {s['matched']} of {s['judged']} [{ci[0]}, {ci[1]}] | {s['untouched']} of {s['faces']} | "
+                f"{s.get('sface_median_distance', '-')} | {s.get('faceres_median_distance', '-')} | "
+                f"{(str(w['matched']) + ' of ' + str(w['judged'])) if w else '-'} |"
+            )
     all_leaks = [f"{m}: {', '.join(e['leaks'])}" for m, e in result["methods"].items() if e["leaks"]]
     lines += ["", "Faces matched or untouched: " + ("; ".join(all_leaks) if all_leaks else "none") + "."]
     write_results(a.out, result, lines)

@@ -53,8 +53,13 @@ def main(argv: list[str] | None = None) -> int:
     t1 = _read(package_file("insightface", "data", "images", "t1.jpg"))
     faces = detect_faces(t1)
     crops = np.stack([align_face(t1, f.landmarks, 256).crop for f in faces[:6]] * 2)[:8]
-    result: dict = {"command": command_line("benchmarks.guard_cost", argv), "cpu": platform.processor() or platform.machine(),
-                    "threads": a.threads, "recognizer_ms_per_face": {}, "guard_ms_per_face": {}}
+    result: dict = {
+        "command": command_line("benchmarks.guard_cost", argv),
+        "cpu": platform.processor() or platform.machine(),
+        "threads": a.threads,
+        "recognizer_ms_per_face": {},
+        "guard_ms_per_face": {},
+    }
     for name in ("faceres", "sface"):
         j = get_judge(name)
         result["recognizer_ms_per_face"][name] = round(1000 * _median_seconds(lambda j=j: j.embed_photo_faces(t1, faces[:1]), a.repeats * 4), 1)
@@ -66,15 +71,28 @@ def main(argv: list[str] | None = None) -> int:
         on = _median_seconds(lambda method=method, kw=kw: method.anonymize(t1, **kw), a.repeats)
         off = _median_seconds(lambda method=method, kw=kw: method.anonymize(t1, privacy_guard=False, **kw), a.repeats)
         out = method.anonymize(t1, **kw)
-        result["guard_ms_per_face"][m] = {"faces": len(out.faces), "anonymize_s_guard_on": round(on, 2), "anonymize_s_guard_off": round(off, 2),
-                                          "guard_ms_per_face": round(1000 * (on - off) / max(len(out.faces), 1), 1),
-                                          "faces_rekeyed": sum(1 for f in out.faces if f.guard and f.guard["variant"] > 0)}
+        result["guard_ms_per_face"][m] = {
+            "faces": len(out.faces),
+            "anonymize_s_guard_on": round(on, 2),
+            "anonymize_s_guard_off": round(off, 2),
+            "guard_ms_per_face": round(1000 * (on - off) / max(len(out.faces), 1), 1),
+            "faces_rekeyed": sum(1 for f in out.faces if f.guard and f.guard["variant"] > 0),
+        }
     r = result["recognizer_ms_per_face"]
-    lines = ["# Privacy guard cost (CPU)", "", f"`{result['command']}` ({result['cpu']}, {a.threads} threads; medians)", "",
-             "| recognizer | ms per face |", "|---|---|",
-             f"| FaceRes (align, crop 192, resize 224, MobileNet) | {r['faceres']} |", f"| FaceRes, batch of 8 aligned crops | {r['faceres_batch8']} |",
-             f"| SFace (OpenCV) | {r['sface']} |", "",
-             "| method (t1, defaults) | faces | anonymize, guard on (s) | guard off (s) | guard per face (ms) | faces re-keyed |", "|---|---|---|---|---|---|"]
+    lines = [
+        "# Privacy guard cost (CPU)",
+        "",
+        f"`{result['command']}` ({result['cpu']}, {a.threads} threads; medians)",
+        "",
+        "| recognizer | ms per face |",
+        "|---|---|",
+        f"| FaceRes (align, crop 192, resize 224, MobileNet) | {r['faceres']} |",
+        f"| FaceRes, batch of 8 aligned crops | {r['faceres_batch8']} |",
+        f"| SFace (OpenCV) | {r['sface']} |",
+        "",
+        "| method (t1, defaults) | faces | anonymize, guard on (s) | guard off (s) | guard per face (ms) | faces re-keyed |",
+        "|---|---|---|---|---|---|",
+    ]
     for m, e in result["guard_ms_per_face"].items():
         lines.append(f"| {m} | {e['faces']} | {e['anonymize_s_guard_on']} | {e['anonymize_s_guard_off']} | {e['guard_ms_per_face']} | {e['faces_rekeyed']} |")
     write_results(a.out, result, lines)

@@ -45,8 +45,12 @@ def main(argv: list[str] | None = None) -> dict:
     judge = get_judge("dlib")
     e_orig = judge.embed_aligned(images)
     out: dict = {"command": " ".join(["python benchmarks/guard_wrong_key.py", *(argv if argv is not None else sys.argv[1:])]), "faces": args.n, "methods": {}}
-    md = [f"Command: `{out['command']}`; {args.n} held-out generated faces (seed 1), dlib at 0.6, value [95% Wilson interval].", "",
-          "| method | guard | anonymized, same person | wrong-key recovery, same person | faces re-keyed |", "|---|---|---|---|---|"]
+    md = [
+        f"Command: `{out['command']}`; {args.n} held-out generated faces (seed 1), dlib at 0.6, value [95% Wilson interval].",
+        "",
+        "| method | guard | anonymized, same person | wrong-key recovery, same person | faces re-keyed |",
+        "|---|---|---|---|---|",
+    ]
     for name in [m for m in args.methods.split(",") if m]:
         m = load(name, device="cpu")
         rows = {}
@@ -56,15 +60,25 @@ def main(argv: list[str] | None = None) -> dict:
             same_anon = judge.same_person(e_orig, judge.embed_aligned(_images(anon)))
             same_wrong = judge.same_person(e_orig, judge.embed_aligned(wrong))
             variants = np.array([(r.faces[0].guard or {}).get("variant", 0) for r in anon])
-            row = {"anonymized_same_person": rate(same_anon, "anonymized faces dlib matches to the original"),
-                   "wrong_key_same_person": rate(same_wrong, "wrong-key recoveries dlib matches to the original"),
-                   "rekeyed": int((variants > 0).sum())}
+            row = {
+                "anonymized_same_person": rate(same_anon, "anonymized faces dlib matches to the original"),
+                "wrong_key_same_person": rate(same_wrong, "wrong-key recoveries dlib matches to the original"),
+                "rekeyed": int((variants > 0).sum()),
+            }
             if guard:
-                row["by_variant"] = {int(v): {"faces": int((variants == v).sum()), "anonymized_same_person": float(same_anon[variants == v].mean()),
-                                              "wrong_key_same_person": float(same_wrong[variants == v].mean())} for v in np.unique(variants)}
+                row["by_variant"] = {
+                    int(v): {
+                        "faces": int((variants == v).sum()),
+                        "anonymized_same_person": float(same_anon[variants == v].mean()),
+                        "wrong_key_same_person": float(same_wrong[variants == v].mean()),
+                    }
+                    for v in np.unique(variants)
+                }
             rows["on" if guard else "off"] = row
             fmt = lambda r: f"{r['value']:.3f} [{r['ci95'][0]:.3f}, {r['ci95'][1]:.3f}]"  # noqa: E731
-            md.append(f"| `{name}` | {'on' if guard else 'off'} | {fmt(row['anonymized_same_person'])} | {fmt(row['wrong_key_same_person'])} | {row['rekeyed'] if guard else '-'} |")
+            md.append(
+                f"| `{name}` | {'on' if guard else 'off'} | {fmt(row['anonymized_same_person'])} | {fmt(row['wrong_key_same_person'])} | {row['rekeyed'] if guard else '-'} |"
+            )
             print(md[-1], flush=True)
         out["methods"][name] = rows
     out_path.parent.mkdir(parents=True, exist_ok=True)

@@ -70,7 +70,7 @@ def _crops(paths: list[Path], size: int) -> tuple[np.ndarray, list[str]]:
 
 
 def _pose(img: np.ndarray) -> np.ndarray:
-    from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose, pose_difference
+    from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
 
     try:
         return head_pose(detect_landmarks68(img), img.shape[:2])
@@ -110,19 +110,29 @@ def measure_set(method, crops: np.ndarray, scales: list[float], keys: int, label
                 outside = (s1["head"][i, 0] == 0).numpy()
                 identical.append(bool(np.array_equal(o[outside], crops[i][outside])) and bool(outside.any()))
         pe = np.asarray(pose_err)
-        rows.append({
-            "set": label, "scale": float(s), "keys": keys if s > 0 else 1, "faces": int(len(crops)),
-            "dlib_same_person": rate(matched, "outputs dlib matches to their input crop (distance < 0.6)"),
-            "dlib_distance_mean": float(np.mean(dist)), "dlib_distance_std": float(np.std(dist)),
-            "pose_error_deg_median": float(np.nanmedian(pe)), "pose_error_deg_mean": float(np.nanmean(pe)),
-            "pose_measured": int(np.isfinite(pe).sum()),
-            "yunet_detected": rate(detected, "output crops in which YuNet finds a face"),
-            "outside_blend_identical": rate(identical, "outputs whose pixels outside the blend mask equal the input's"),
-        })
+        rows.append(
+            {
+                "set": label,
+                "scale": float(s),
+                "keys": keys if s > 0 else 1,
+                "faces": int(len(crops)),
+                "dlib_same_person": rate(matched, "outputs dlib matches to their input crop (distance < 0.6)"),
+                "dlib_distance_mean": float(np.mean(dist)),
+                "dlib_distance_std": float(np.std(dist)),
+                "pose_error_deg_median": float(np.nanmedian(pe)),
+                "pose_error_deg_mean": float(np.nanmean(pe)),
+                "pose_measured": int(np.isfinite(pe).sum()),
+                "yunet_detected": rate(detected, "output crops in which YuNet finds a face"),
+                "outside_blend_identical": rate(identical, "outputs whose pixels outside the blend mask equal the input's"),
+            }
+        )
         r = rows[-1]
-        print(f"[{label}] scale {s:.2f}: dlib matched {_interval(r['dlib_same_person'])}, dist {r['dlib_distance_mean']:.3f}, "
-              f"pose {r['pose_error_deg_median']:.2f} deg, YuNet {r['yunet_detected']['value']:.3f}, "
-              f"identical outside {r['outside_blend_identical']['value']:.3f}", flush=True)
+        print(
+            f"[{label}] scale {s:.2f}: dlib matched {_interval(r['dlib_same_person'])}, dist {r['dlib_distance_mean']:.3f}, "
+            f"pose {r['pose_error_deg_median']:.2f} deg, YuNet {r['yunet_detected']['value']:.3f}, "
+            f"identical outside {r['outside_blend_identical']['value']:.3f}",
+            flush=True,
+        )
     return rows
 
 
@@ -143,8 +153,14 @@ def measure_photos(method, paths: list[Path], scales: list[float], keys: int) ->
                 fallbacks += len(res.fallbacks)
                 anon = np.asarray(res.image.convert("RGB"))
                 matched += list(dlib.same_person(dlib.embed_photo_faces(rgb, faces), embed_at_original_places(dlib, rgb, anon, faces)))
-        rows.append({"scale": float(s), "photos": [p.name for p in paths], "dlib_same_person": rate(matched, "faces dlib matches at their original place (whole photo)"),
-                     "fallbacks": int(fallbacks)})
+        rows.append(
+            {
+                "scale": float(s),
+                "photos": [p.name for p in paths],
+                "dlib_same_person": rate(matched, "faces dlib matches at their original place (whole photo)"),
+                "fallbacks": int(fallbacks),
+            }
+        )
         print(f"[photos] scale {s:.2f}: dlib matched {_interval(rows[-1]['dlib_same_person'])}, fallbacks {fallbacks}", flush=True)
     return rows
 
@@ -173,8 +189,14 @@ def timing(method, crop: np.ndarray, threads: int, repeats: int = 5) -> dict:
         t0 = time.perf_counter()
         method.anonymize(rgb, key="timing")
         tp.append(time.perf_counter() - t0)
-    return {"threads": threads, "crop_size": int(crop.shape[0]), "aligned_crop_s_median": float(np.median(t)),
-            "photo": "astronaut.jpg (512x512, 1 face)", "photo_s_median": float(np.median(tp)), "repeats": repeats}
+    return {
+        "threads": threads,
+        "crop_size": int(crop.shape[0]),
+        "aligned_crop_s_median": float(np.median(t)),
+        "photo": "astronaut.jpg (512x512, 1 face)",
+        "photo_s_median": float(np.median(tp)),
+        "repeats": repeats,
+    }
 
 
 def to_markdown(res: dict) -> str:
@@ -194,26 +216,40 @@ def to_markdown(res: dict) -> str:
         "",
     ]
     for label, desc in res["sets"].items():
-        lines += [f"## {label}: {desc}", "",
-                  "| scale | dlib matched | dlib dist | pose err (deg, median) | YuNet finds a face | identical outside blend mask |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            f"## {label}: {desc}",
+            "",
+            "| scale | dlib matched | dlib dist | pose err (deg, median) | YuNet finds a face | identical outside blend mask |",
+            "|---|---|---|---|---|---|",
+        ]
         for r in res["rows"]:
             if r["set"] != label:
                 continue
-            lines.append(f"| {r['scale']:.2f} | {_interval(r['dlib_same_person'])} | {r['dlib_distance_mean']:.3f} ± {r['dlib_distance_std']:.3f} | "
-                         f"{r['pose_error_deg_median']:.2f} | {_interval(r['yunet_detected'])} | {_interval(r['outside_blend_identical'])} |")
+            lines.append(
+                f"| {r['scale']:.2f} | {_interval(r['dlib_same_person'])} | {r['dlib_distance_mean']:.3f} ± {r['dlib_distance_std']:.3f} | "
+                f"{r['pose_error_deg_median']:.2f} | {_interval(r['yunet_detected'])} | {_interval(r['outside_blend_identical'])} |"
+            )
         lines.append("")
     if res.get("photos"):
-        lines += ["## Whole photos through the pipeline, dlib at the original face places", "",
-                  f"Photos: {', '.join(res['photos'][0]['photos'])}; {res['photo_keys']} keys.", "",
-                  "| scale | dlib matched | fail-closed fallbacks |", "|---|---|---|"]
+        lines += [
+            "## Whole photos through the pipeline, dlib at the original face places",
+            "",
+            f"Photos: {', '.join(res['photos'][0]['photos'])}; {res['photo_keys']} keys.",
+            "",
+            "| scale | dlib matched | fail-closed fallbacks |",
+            "|---|---|---|",
+        ]
         for r in res["photos"]:
             lines.append(f"| {r['scale']:.2f} | {_interval(r['dlib_same_person'])} | {r['fallbacks']} |")
         lines.append("")
     t = res["timing"]
-    lines += ["## Time per face (CPU)", "",
-              f"{t['threads']} threads: one aligned {t['crop_size']} px crop through `anonymize_faces` {t['aligned_crop_s_median']:.3f} s (median of {t['repeats']}); "
-              f"whole photo {t['photo']} through `anonymize` (detect, align, Step I, paste back) {t['photo_s_median']:.3f} s.", ""]
+    lines += [
+        "## Time per face (CPU)",
+        "",
+        f"{t['threads']} threads: one aligned {t['crop_size']} px crop through `anonymize_faces` {t['aligned_crop_s_median']:.3f} s (median of {t['repeats']}); "
+        f"whole photo {t['photo']} through `anonymize` (detect, align, Step I, paste back) {t['photo_s_median']:.3f} s.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -255,8 +291,11 @@ def main(argv: list[str] | None = None) -> dict:
         method.restorer_output = a.restorer_output
         method.config["step2"] = {**(method.config.get("step2") or {}), "output": a.restorer_output}
     has_restorer = bool(getattr(method, "use_restorer", False))
-    step2_label = (f"restorer at {method.restorer_size} px, output {method.restorer_output}" if has_restorer
-                   else "no restorer" + (" (checkpoint's restorer not run)" if "restorer" in method.components else ""))
+    step2_label = (
+        f"restorer at {method.restorer_size} px, output {method.restorer_output}"
+        if has_restorer
+        else "no restorer" + (" (checkpoint's restorer not run)" if "restorer" in method.components else "")
+    )
     size = method.resolution
     scales = [0.0] + [float(s) for s in a.scales.split(",")]
     bundled, held = _photos(a.photos)
@@ -266,8 +305,11 @@ def main(argv: list[str] | None = None) -> dict:
 
     synth = synthetic_faces_uint8(a.n, seed=1, resolution=size, offset=10**9)
     sets = {
-        "real": (np.concatenate([real_b, real_h]), f"{len(real_b)} real faces of the bundled photos ({', '.join(p.name for p in bundled)}) + "
-                 f"{len(real_h)} held-out real faces ({', '.join(names_h) or 'none'})"),
+        "real": (
+            np.concatenate([real_b, real_h]),
+            f"{len(real_b)} real faces of the bundled photos ({', '.join(p.name for p in bundled)}) + "
+            f"{len(real_h)} held-out real faces ({', '.join(names_h) or 'none'})",
+        ),
         "synthetic": (synth, f"{a.n} held-out synthetic faces (zoo.synthetic seed 1, indices from 10^9)"),
     }
     rows = []
@@ -278,9 +320,18 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"[timing] {tim}", flush=True)
     command = "python benchmarks/ideudemon_demo.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     res = {
-        "command": command, "weights_label": getattr(method, "weights_label", None) or "full method", "resolution": size,
-        "step1": method.config.get("step1", {}), "step2": method.config.get("step2", {}), "step2_label": step2_label, "sets": {k: v[1] for k, v in sets.items()}, "rows": rows, "photos": photos,
-        "photo_keys": a.keys, "timing": tim, "seconds": time.time() - t0,
+        "command": command,
+        "weights_label": getattr(method, "weights_label", None) or "full method",
+        "resolution": size,
+        "step1": method.config.get("step1", {}),
+        "step2": method.config.get("step2", {}),
+        "step2_label": step2_label,
+        "sets": {k: v[1] for k, v in sets.items()},
+        "rows": rows,
+        "photos": photos,
+        "photo_keys": a.keys,
+        "timing": tim,
+        "seconds": time.time() - t0,
         "machine": f"{platform.processor() or platform.machine()}, {torch.get_num_threads()} torch threads for the timing",
         "judge": {"name": "dlib", "threshold": 0.6},
     }

@@ -46,14 +46,29 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             y = g(zh)
         same = dlib.same_person(e0, dlib.embed_aligned(from_tensor(y)))
-        rows.append({"refine_steps": steps, "n": args.n, "dlib_same_person": float(same.mean()), "image_l1": float((y - x).abs().mean()),
-                     "latent_cosine": float(F.cosine_similarity(zh, z).mean()), "seconds": round(time.perf_counter() - t, 1)})
+        rows.append(
+            {
+                "refine_steps": steps,
+                "n": args.n,
+                "dlib_same_person": float(same.mean()),
+                "image_l1": float((y - x).abs().mean()),
+                "latent_cosine": float(F.cosine_similarity(zh, z).mean()),
+                "seconds": round(time.perf_counter() - t, 1),
+            }
+        )
         print(rows[-1], flush=True)
     cmd = "python benchmarks/inversion.py " + " ".join(sys.argv[1:] if argv is None else argv)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps({"command": cmd, "encoder": folder, "rows": rows}, indent=1))
-    md = [f"Command: `{cmd}` (torch threads {torch.get_num_threads()})", "", "| refine steps | dlib same person | image L1 | latent cosine | seconds |", "|---|---|---|---|---|"]
-    md += [f"| {r['refine_steps']} | {r['dlib_same_person']:.3f} (n={r['n']}) | {r['image_l1']:.3f} | {r['latent_cosine']:.3f} | {r['seconds']} |" for r in rows]
+    md = [
+        f"Command: `{cmd}` (torch threads {torch.get_num_threads()})",
+        "",
+        "| refine steps | dlib same person | image L1 | latent cosine | seconds |",
+        "|---|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['refine_steps']} | {r['dlib_same_person']:.3f} (n={r['n']}) | {r['image_l1']:.3f} | {r['latent_cosine']:.3f} | {r['seconds']} |" for r in rows
+    ]
     OUT.with_suffix(".md").write_text("\n".join(md) + "\n")
     return 0
 

@@ -62,19 +62,32 @@ def main(argv: list[str] | None = None) -> dict:
                 "random_pairs_same_person": rate(np.concatenate([judge.same_person(a, b) for a, b in itertools.combinations(embs, 2)])),
             }
     command = ("python benchmarks/judge_floor.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
-    out = {"judge": args.judge, "dataset": ds, "draws": args.draws, "rows": rows, "command": command,
-           "mean_inverted_code_norm": float(norms.mean()), "torch_threads": torch.get_num_threads(),
-           "seconds": round(time.perf_counter() - t0, 1)}
+    out = {
+        "judge": args.judge,
+        "dataset": ds,
+        "draws": args.draws,
+        "rows": rows,
+        "command": command,
+        "mean_inverted_code_norm": float(norms.mean()),
+        "torch_threads": torch.get_num_threads(),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1, default=str))
 
-    md = [f"# The {args.judge} judge's floor on generated faces", "", f"Faces: {ds['name']} ({n}), {args.draws} random faces each. Command: `{command}`.",
-          "Rates: value [95% Wilson interval] (n = compared pairs; pairs sharing an original are not independent).", "",
-          "| random faces drawn | original vs random face, same person | two random faces, same person |", "|---|---|---|",
-          f"| prior code z ~ N(0, I) | {format_entry(rows['prior']['original_vs_random_same_person'])} | {format_entry(rows['prior']['random_pairs_same_person'])} |",
-          f"| random direction at the original's inverted code norm (mean {float(norms.mean()):.2f}) | "
-          f"{format_entry(rows['at_inverted_norm']['original_vs_random_same_person'])} | {format_entry(rows['at_inverted_norm']['random_pairs_same_person'])} |"]
+    md = [
+        f"# The {args.judge} judge's floor on generated faces",
+        "",
+        f"Faces: {ds['name']} ({n}), {args.draws} random faces each. Command: `{command}`.",
+        "Rates: value [95% Wilson interval] (n = compared pairs; pairs sharing an original are not independent).",
+        "",
+        "| random faces drawn | original vs random face, same person | two random faces, same person |",
+        "|---|---|---|",
+        f"| prior code z ~ N(0, I) | {format_entry(rows['prior']['original_vs_random_same_person'])} | {format_entry(rows['prior']['random_pairs_same_person'])} |",
+        f"| random direction at the original's inverted code norm (mean {float(norms.mean()):.2f}) | "
+        f"{format_entry(rows['at_inverted_norm']['original_vs_random_same_person'])} | {format_entry(rows['at_inverted_norm']['random_pairs_same_person'])} |",
+    ]
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return out

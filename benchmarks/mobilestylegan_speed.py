@@ -125,7 +125,11 @@ def main(argv: list[str] | None = None) -> int:
                 row["max_abs_diff_from_eager"] = 0.0 if eager_img is None or path == "eager" else float((img - eager_img).abs().max())
                 if path in ("eager", "channels_last"):
                     times_b, _ = _time(_backward_fn(model, path, size, wplus), max(2, args.repeat // 2))
-                    row["forward_backward_s_per_face"] = [round(min(times_b) / batch, 4), round(statistics.median(times_b) / batch, 4), round(max(times_b) / batch, 4)]
+                    row["forward_backward_s_per_face"] = [
+                        round(min(times_b) / batch, 4),
+                        round(statistics.median(times_b) / batch, 4),
+                        round(max(times_b) / batch, 4),
+                    ]
                 rows.append(row)
                 print(row, flush=True)
     result = {

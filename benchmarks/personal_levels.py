@@ -73,19 +73,29 @@ def main(argv: list[str] | None = None) -> dict:
                 bad, anon2 = images(m.recover_faces(y, wrong, level=d)), images(m.anonymize_faces(x, other, level=d))
             e_an, e_rec, e_bad, e_an2 = (judge.embed_aligned(a) for a in (anon, rec, bad, anon2))
             dist = judge.distance(e0, e_an)
-            rows.append({
-                "level": d,
-                "angle_deg": float(privacy_angle(d)),
-                "anonymized_same_person": rate(judge.same_person(e0, e_an)),
-                "distance_to_original": {"mean": float(dist.mean()), "std": float(dist.std()), "n": n},
-                "right_key_recovery_same_person": rate(judge.same_person(e0, e_rec)),
-                "wrong_key_recovery_same_person": rate(judge.same_person(e0, e_bad)),
-                "two_passwords_same_person": rate(judge.same_person(e_an, e_an2)),
-            })
+            rows.append(
+                {
+                    "level": d,
+                    "angle_deg": float(privacy_angle(d)),
+                    "anonymized_same_person": rate(judge.same_person(e0, e_an)),
+                    "distance_to_original": {"mean": float(dist.mean()), "std": float(dist.std()), "n": n},
+                    "right_key_recovery_same_person": rate(judge.same_person(e0, e_rec)),
+                    "wrong_key_recovery_same_person": rate(judge.same_person(e0, e_bad)),
+                    "two_passwords_same_person": rate(judge.same_person(e_an, e_an2)),
+                }
+            )
     command = "python benchmarks/personal_levels.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    out = {"method": "personal", "weights": m.weights_text, "judge": args.judge, "dataset": ds, "rows": rows,
-           "command": command, "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
-           "torch_threads": torch.get_num_threads(), "seconds": round(time.perf_counter() - t0, 1)}
+    out = {
+        "method": "personal",
+        "weights": m.weights_text,
+        "judge": args.judge,
+        "dataset": ds,
+        "rows": rows,
+        "command": command,
+        "machine": f"{platform.machine()} {platform.processor() or ''}".strip(),
+        "torch_threads": torch.get_num_threads(),
+        "seconds": round(time.perf_counter() - t0, 1),
+    }
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1, default=str))
@@ -93,14 +103,22 @@ def main(argv: list[str] | None = None) -> dict:
     def r(e):
         return f"{e['value']:.3f} [{e['ci95'][0]:.3f}, {e['ci95'][1]:.3f}]"
 
-    md = [f"# personal: every privacy level, judged by {args.judge}", "", f"Weights: {m.weights_text}.", f"Faces: {ds['name']} ({n}). Command: `{command}`.",
-          "Rates: value [95% Wilson interval], n = number of faces. Recovery from the carried code (float16). The method's transform alone: no privacy guard (the bundle's rows at the default level are with it).", "",
-          "| d | g(d) | anonymized, same person | distance to original (mean ± std) | right-key recovery, same person | wrong-key recovery, same person | two passwords, same person |",
-          "|---|---|---|---|---|---|---|"]
+    md = [
+        f"# personal: every privacy level, judged by {args.judge}",
+        "",
+        f"Weights: {m.weights_text}.",
+        f"Faces: {ds['name']} ({n}). Command: `{command}`.",
+        "Rates: value [95% Wilson interval], n = number of faces. Recovery from the carried code (float16). The method's transform alone: no privacy guard (the bundle's rows at the default level are with it).",
+        "",
+        "| d | g(d) | anonymized, same person | distance to original (mean ± std) | right-key recovery, same person | wrong-key recovery, same person | two passwords, same person |",
+        "|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         dd = row["distance_to_original"]
-        md.append(f"| {row['level']} | {row['angle_deg']:.0f} deg | {r(row['anonymized_same_person'])} | {dd['mean']:.3f} ± {dd['std']:.3f} | "
-                  f"{r(row['right_key_recovery_same_person'])} | {r(row['wrong_key_recovery_same_person'])} | {r(row['two_passwords_same_person'])} |")
+        md.append(
+            f"| {row['level']} | {row['angle_deg']:.0f} deg | {r(row['anonymized_same_person'])} | {dd['mean']:.3f} ± {dd['std']:.3f} | "
+            f"{r(row['right_key_recovery_same_person'])} | {r(row['wrong_key_recovery_same_person'])} | {r(row['two_passwords_same_person'])} |"
+        )
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return out

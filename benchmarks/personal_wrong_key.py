@@ -44,14 +44,28 @@ def main(argv: list[str] | None = None) -> list[dict]:
         w = unrotate_direction(u, wrong, level, m.overlap_prior, oriented=True)
         r = unrotate_direction(u, right, level, m.overlap_prior, oriented=True)
         cw = (w * z).sum(1)
-        rows.append({"level": level, "anonymized_cosine": float((u * z).sum(1).mean()), "wrong_key_cosine_mean": float(cw.mean()),
-                     "wrong_key_cosine_std": float(cw.std()), "right_key_cosine_min": float((r * z).sum(1).min())})
+        rows.append(
+            {
+                "level": level,
+                "anonymized_cosine": float((u * z).sum(1).mean()),
+                "wrong_key_cosine_mean": float(cw.mean()),
+                "wrong_key_cosine_std": float(cw.std()),
+                "right_key_cosine_min": float((r * z).sum(1).min()),
+            }
+        )
     command = " ".join(["python benchmarks/personal_wrong_key.py", *(argv if argv is not None else sys.argv[1:])])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps({"command": command, "faces": n, "rows": rows}, indent=1))
-    md = [f"Command: `{command}`; {n} unit latents, one random password to anonymize and another to recover.", "",
-          "| level d | anonymized . original | wrong-password recovery . original | right-password recovery . original (min) |", "|---|---|---|---|"]
-    md += [f"| {r['level']} | {r['anonymized_cosine']:.3f} | {r['wrong_key_cosine_mean']:.3f} +- {r['wrong_key_cosine_std']:.3f} | {r['right_key_cosine_min']:.4f} |" for r in rows]
+    md = [
+        f"Command: `{command}`; {n} unit latents, one random password to anonymize and another to recover.",
+        "",
+        "| level d | anonymized . original | wrong-password recovery . original | right-password recovery . original (min) |",
+        "|---|---|---|---|",
+    ]
+    md += [
+        f"| {r['level']} | {r['anonymized_cosine']:.3f} | {r['wrong_key_cosine_mean']:.3f} +- {r['wrong_key_cosine_std']:.3f} | {r['right_key_cosine_min']:.4f} |"
+        for r in rows
+    ]
     OUT.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return rows

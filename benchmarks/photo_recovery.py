@@ -82,20 +82,44 @@ def main(argv: list[str] | None = None) -> dict:
                         target += [float(x) for x in got]
                     for i, (a, b, sa, sr) in enumerate(zip(*per_face)):
                         if a < thr or b >= a:
-                            misses.append({"photo": photo, "face": i, "key": key, "dlib_anonymized": float(a), "dlib_recovered": float(b),
-                                           "sface_anonymized": float(sa), "sface_recovered": float(sr)})
+                            misses.append(
+                                {
+                                    "photo": photo,
+                                    "face": i,
+                                    "key": key,
+                                    "dlib_anonymized": float(a),
+                                    "dlib_recovered": float(b),
+                                    "sface_anonymized": float(sa),
+                                    "sface_recovered": float(sr),
+                                }
+                            )
             da, dr, sa, sr = np.array(d_anon), np.array(d_rec), np.array(s_anon), np.array(s_rec)
-            rows.append({
-                "method": method, "controls": controls, "face_keys": int(da.size),
-                "anonymized_same_person": rate(da < thr), "recovery_closer_than_anonymized": rate(dr < da),
-                "recovery_same_person": rate(dr < thr), "sface_anonymized_same_person": rate(sa < sface.distance_threshold),
-                "sface_recovery_closer_than_anonymized": rate(sr < sa), "misses": misses, "mean_distance_anonymized": float(da.mean()),
-                "mean_distance_recovered": float(dr.mean()), "seconds_per_photo": float(np.mean(seconds)),
-            })
+            rows.append(
+                {
+                    "method": method,
+                    "controls": controls,
+                    "face_keys": int(da.size),
+                    "anonymized_same_person": rate(da < thr),
+                    "recovery_closer_than_anonymized": rate(dr < da),
+                    "recovery_same_person": rate(dr < thr),
+                    "sface_anonymized_same_person": rate(sa < sface.distance_threshold),
+                    "sface_recovery_closer_than_anonymized": rate(sr < sa),
+                    "misses": misses,
+                    "mean_distance_anonymized": float(da.mean()),
+                    "mean_distance_recovered": float(dr.mean()),
+                    "seconds_per_photo": float(np.mean(seconds)),
+                }
+            )
             print(json.dumps(rows[-1], default=str), flush=True)
     command = ("python benchmarks/photo_recovery.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
-    out = {"photos": [p[0] for p in photos], "faces": sum(len(p[2]) for p in photos), "keys": len(keys), "rows": rows,
-           "command": command, "machine": f"{platform.machine()}, {args.threads} torch thread(s)"}
+    out = {
+        "photos": [p[0] for p in photos],
+        "faces": sum(len(p[2]) for p in photos),
+        "keys": len(keys),
+        "rows": rows,
+        "command": command,
+        "machine": f"{platform.machine()}, {args.threads} torch thread(s)",
+    }
     stem = Path(args.out)
     stem.parent.mkdir(parents=True, exist_ok=True)
     stem.with_suffix(".json").write_text(json.dumps(out, indent=1, default=str))
@@ -103,25 +127,37 @@ def main(argv: list[str] | None = None) -> dict:
     def r(e):
         return f"{e['k']}/{e['n']} [{e['ci95'][0]:.2f}, {e['ci95'][1]:.2f}]"
 
-    md = ["# Recovery on real photos, dlib judge at 0.6 (faces at their original places)", "",
-          f"Command: `{command}`; machine: {out['machine']}.",
-          f"Photos: {', '.join(out['photos'])} ({out['faces']} faces) x {len(keys)} keys per method and setting; privacy guard on; "
-          "recovery from the anonymized pixels (the carried code) with the same key and controls. k/n [95% Wilson interval].", "",
-          "| method | controls | anonymized, still matched | recovery closer than anonymized | recovery, same person | SFace: still matched | SFace: recovery closer | mean distance anonymized / recovered | s per photo (anonymize + recover) |",
-          "|---|---|---|---|---|---|---|---|---|"]
+    md = [
+        "# Recovery on real photos, dlib judge at 0.6 (faces at their original places)",
+        "",
+        f"Command: `{command}`; machine: {out['machine']}.",
+        f"Photos: {', '.join(out['photos'])} ({out['faces']} faces) x {len(keys)} keys per method and setting; privacy guard on; "
+        "recovery from the anonymized pixels (the carried code) with the same key and controls. k/n [95% Wilson interval].",
+        "",
+        "| method | controls | anonymized, still matched | recovery closer than anonymized | recovery, same person | SFace: still matched | SFace: recovery closer | mean distance anonymized / recovered | s per photo (anonymize + recover) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
     for row in rows:
         ctl = ", ".join(f"{k}={v:g}" for k, v in row["controls"].items()) or "defaults"
-        md.append(f"| {row['method']} | {ctl} | {r(row['anonymized_same_person'])} | {r(row['recovery_closer_than_anonymized'])} | "
-                  f"{r(row['recovery_same_person'])} | {r(row['sface_anonymized_same_person'])} | {r(row['sface_recovery_closer_than_anonymized'])} | {row['mean_distance_anonymized']:.3f} / {row['mean_distance_recovered']:.3f} | {row['seconds_per_photo']:.1f} |")
+        md.append(
+            f"| {row['method']} | {ctl} | {r(row['anonymized_same_person'])} | {r(row['recovery_closer_than_anonymized'])} | "
+            f"{r(row['recovery_same_person'])} | {r(row['sface_anonymized_same_person'])} | {r(row['sface_recovery_closer_than_anonymized'])} | {row['mean_distance_anonymized']:.3f} / {row['mean_distance_recovered']:.3f} | {row['seconds_per_photo']:.1f} |"
+        )
     missed = [(row, x) for row in rows for x in row["misses"]]
     if missed:
-        md += ["", "Face-keys that miss a target (dlib still matches the anonymized face, or the recovery is no closer), "
-               "with SFace's distances beside dlib's:", "",
-               "| method | controls | photo, face | key | dlib anonymized / recovered | SFace anonymized / recovered |", "|---|---|---|---|---|---|"]
+        md += [
+            "",
+            "Face-keys that miss a target (dlib still matches the anonymized face, or the recovery is no closer), with SFace's distances beside dlib's:",
+            "",
+            "| method | controls | photo, face | key | dlib anonymized / recovered | SFace anonymized / recovered |",
+            "|---|---|---|---|---|---|",
+        ]
         for row, x in missed:
             ctl = ", ".join(f"{k}={v:g}" for k, v in row["controls"].items()) or "defaults"
-            md.append(f"| {row['method']} | {ctl} | {x['photo']}, {x['face']} | {x['key']} | {x['dlib_anonymized']:.3f} / {x['dlib_recovered']:.3f} | "
-                      f"{x['sface_anonymized']:.3f} / {x['sface_recovered']:.3f} |")
+            md.append(
+                f"| {row['method']} | {ctl} | {x['photo']}, {x['face']} | {x['key']} | {x['dlib_anonymized']:.3f} / {x['dlib_recovered']:.3f} | "
+                f"{x['sface_anonymized']:.3f} / {x['sface_recovered']:.3f} |"
+            )
     stem.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return out

@@ -167,18 +167,28 @@ def main(argv: list[str] | None = None) -> int:
             f"{cell(r['min_dlib_distance_without'], '{:.3f}')} / {cell(r['min_dlib_distance_with'], '{:.3f}')} | "
             f"{cell(r['seconds_per_photo_without'], '{:.2f}')} / {cell(r['seconds_per_photo_with'], '{:.2f}')} | {cell(r['matched_after_wrong_key_recovery'])} |"
         )
-    lines += ["", "Rates (95% Wilson interval) and the faces dlib matched (photo:face x times):", "",
-              "| method | matched, guard off | matched, guard on | faces, guard off | faces, guard on |", "|---|---|---|---|---|"]
+    lines += [
+        "",
+        "Rates (95% Wilson interval) and the faces dlib matched (photo:face x times):",
+        "",
+        "| method | matched, guard off | matched, guard on | faces, guard off | faces, guard on |",
+        "|---|---|---|---|---|",
+    ]
 
     def faces(names):
         return ", ".join(f"{n} x{names.count(n)}" for n in sorted(set(names))) or "none"
 
     for name, r in result["methods"].items():
-        lines.append(f"| {name} | {share(r['rate_without_guard'])} | {share(r['rate_with_guard'])} | "
-                     f"{faces(r['matched_faces_without_guard']) if r['rate_without_guard'] else '-'} | {faces(r['matched_faces_with_guard']) if r['rate_with_guard'] else '-'} |")
+        lines.append(
+            f"| {name} | {share(r['rate_without_guard'])} | {share(r['rate_with_guard'])} | "
+            f"{faces(r['matched_faces_without_guard']) if r['rate_without_guard'] else '-'} | {faces(r['matched_faces_with_guard']) if r['rate_with_guard'] else '-'} |"
+        )
     if RANDOM_FACE in result["methods"]:
-        lines += ["", f"`{RANDOM_FACE}` is a chance floor, not a method: the demo backbone with the keyed transform replaced by "
-                  "z ~ N(0, I) seeded by the key (a new face that does not depend on the person), pixel fit only, same paste-back and guard."]
+        lines += [
+            "",
+            f"`{RANDOM_FACE}` is a chance floor, not a method: the demo backbone with the keyed transform replaced by "
+            "z ~ N(0, I) seeded by the key (a new face that does not depend on the person), pixel fit only, same paste-back and guard.",
+        ]
     out.with_suffix(".md").write_text("\n".join(lines) + "\n")
     print(out.with_suffix(".md").read_text())
     return 0

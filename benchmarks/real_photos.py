@@ -172,15 +172,24 @@ def annotate() -> dict:
 
     models = package_file("face_recognition_models", "models", "mmod_human_face_detector.dat")
     cnn = dlib.cnn_face_detection_model_v1(str(models))
-    out = {"_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python benchmarks/real_photos.py --annotate"}
-    sources = {"t1": ("insightface data/images/t1.jpg", _t1()), "astronaut": ("skimage.data.astronaut", _skimage("astronaut")),
-               "camera": ("skimage.data.camera", _skimage("camera")),
-               "tom_hanks": ("insightface data/images/Tom_Hanks_54745.png", _read(package_file("insightface", "data", "images", "Tom_Hanks_54745.png")))}
+    out = {
+        "_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python benchmarks/real_photos.py --annotate"
+    }
+    sources = {
+        "t1": ("insightface data/images/t1.jpg", _t1()),
+        "astronaut": ("skimage.data.astronaut", _skimage("astronaut")),
+        "camera": ("skimage.data.camera", _skimage("camera")),
+        "tom_hanks": ("insightface data/images/Tom_Hanks_54745.png", _read(package_file("insightface", "data", "images", "Tom_Hanks_54745.png"))),
+    }
     for name, (src, rgb) in sources.items():
         dets = cnn(rgb, 1)
         boxes = sorted([[float(d.rect.left()), float(d.rect.top()), float(d.rect.right()), float(d.rect.bottom())] for d in dets])
-        out[name] = {"source": src, "size": [int(rgb.shape[1]), int(rgb.shape[0])], "boxes": boxes,
-                     "confidence": [round(float(d.confidence), 3) for d in sorted(dets, key=lambda d: d.rect.left())]}
+        out[name] = {
+            "source": src,
+            "size": [int(rgb.shape[1]), int(rgb.shape[0])],
+            "boxes": boxes,
+            "confidence": [round(float(d.confidence), 3) for d in sorted(dets, key=lambda d: d.rect.left())],
+        }
     return out
 
 

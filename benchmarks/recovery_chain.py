@@ -36,7 +36,6 @@ from typing import Any, Sequence
 import numpy as np
 import torch
 
-
 from zoo import imageio, losses  # noqa: E402
 from zoo.keys import KeyMaterial, Secret  # noqa: E402
 

@@ -177,7 +177,9 @@ def main(argv=None) -> int:
             for a, b in zip(embs, embs[1:]):
                 consistent.append(bool(judge.same_person(a, b)[0]))
         r["one_identity_per_track_dlib"] = rate(consistent)
-        r["tracks_per_true_face"] = {int(gi): sorted({int(tr) if tr is not None else -1 for (g, tr) in per_track if g == gi}) for gi in {g for g, _ in per_track}}
+        r["tracks_per_true_face"] = {
+            int(gi): sorted({int(tr) if tr is not None else -1 for (g, tr) in per_track if g == gi}) for gi in {g for g, _ in per_track}
+        }
         if m.reversible:
             for label, path, key, lossless, faces_from in (
                 ("right_key_lossless", tmp / f"{name}.mkv", args.key, True, anon_l.report()),
@@ -185,7 +187,9 @@ def main(argv=None) -> int:
                 ("wrong_key_lossless", tmp / f"{name}.mkv", args.wrong_key, True, anon_l.report()),
             ):
                 t0 = time.perf_counter()
-                back = zv.recover_video(m, path, tmp / f"{name}_{label}{'.mkv' if lossless else '.mp4'}", key, lossless=lossless, progress=False, faces_from=faces_from)
+                back = zv.recover_video(
+                    m, path, tmp / f"{name}_{label}{'.mkv' if lossless else '.mp4'}", key, lossless=lossless, progress=False, faces_from=faces_from
+                )
                 secs = round(time.perf_counter() - t0, 2)
                 rec = read(back.output)
                 same = []
@@ -194,7 +198,12 @@ def main(argv=None) -> int:
                     if fs:
                         same += list(judge.same_person(orig_emb[t], judge.embed_photo_faces(rec[t], fs, shapes_from=src[t])))
                 carried = sum(bool(f["latent_carried"]) for row in back.frame_faces for f in row)
-                r[f"recover_{label}"] = {"same_person_as_original_dlib": rate(same), "seconds": secs, "faces_latent_carried": carried, "faces": sum(len(x) for x in back.frame_faces)}
+                r[f"recover_{label}"] = {
+                    "same_person_as_original_dlib": rate(same),
+                    "seconds": secs,
+                    "faces_latent_carried": carried,
+                    "faces": sum(len(x) for x in back.frame_faces),
+                }
         results[name] = r
         print(name, json.dumps({k: v for k, v in r.items() if k not in ("tracks",)}), flush=True)
     zv.detect_faces = real_detect
@@ -208,8 +217,23 @@ def main(argv=None) -> int:
 
     doc = {
         "command": "HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/video.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "machine": {"cpu": cpu, "cores": os.cpu_count(), "torch_threads": torch.get_num_threads(), "torch": torch.__version__, "av": av.__version__, "python": platform.python_version()},
-        "clip": {"frames": len(src), "fps": args.fps, "size": [WIN_W, WIN_H], "source": "example:group panned + zoomed, 440 Hz tone", "true_faces_per_frame": [len(r) for r in truth], "detector_dropped_frames": dropped, "sampled_frames": sampled},
+        "machine": {
+            "cpu": cpu,
+            "cores": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(),
+            "torch": torch.__version__,
+            "av": av.__version__,
+            "python": platform.python_version(),
+        },
+        "clip": {
+            "frames": len(src),
+            "fps": args.fps,
+            "size": [WIN_W, WIN_H],
+            "source": "example:group panned + zoomed, 440 Hz tone",
+            "true_faces_per_frame": [len(r) for r in truth],
+            "detector_dropped_frames": dropped,
+            "sampled_frames": sampled,
+        },
         "judge": "dlib (threshold 0.6)",
         "results": results,
     }

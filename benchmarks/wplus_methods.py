@@ -94,8 +94,13 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         weight, check = first.identity_controls(None, None)
         codes = torch.cat([first.encode(to_tensor(c[None]), args.steps, weight, check) for c in crops])
-        sets[split] = {"names": [f"{r[0]}:{r[2]}" for r in rows], "crops": crops, "codes": codes, "steps": args.steps,
-                       "inversion_s_per_face": round((time.perf_counter() - t0) / len(rows), 2)}
+        sets[split] = {
+            "names": [f"{r[0]}:{r[2]}" for r in rows],
+            "crops": crops,
+            "codes": codes,
+            "steps": args.steps,
+            "inversion_s_per_face": round((time.perf_counter() - t0) / len(rows), 2),
+        }
         print(f"{split}: {len(rows)} faces inverted, {sets[split]['inversion_s_per_face']} s/face", flush=True)
 
     # ---------------------------------------------------------------- methods
@@ -109,8 +114,10 @@ def main(argv: list[str] | None = None) -> int:
             per_set["inversion_s_per_face"] = s["inversion_s_per_face"]
         with torch.no_grad():
             recon = from_tensor(first.decode(codes))
-        per_set["reconstruction"] = {"dlib_same": _rate(judges["dlib"].same_person(judges["dlib"].embed_aligned(recon), emb["dlib"])),
-                                     "psnr_db_median": round(float(np.median(_psnr(recon, crops, mask))), 2)}
+        per_set["reconstruction"] = {
+            "dlib_same": _rate(judges["dlib"].same_person(judges["dlib"].embed_aligned(recon), emb["dlib"])),
+            "psnr_db_median": round(float(np.median(_psnr(recon, crops, mask))), 2),
+        }
         for name, m in methods.items():
             t0 = time.perf_counter()
             outs = {}
@@ -168,8 +175,11 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {cell(r['two_keys_same_dlib'])} | {cell(r['recovered_carried_same_dlib'])} | {cell(r['recovered_pixels_same_dlib'])} | {cell(r['wrong_key_same_dlib'])} "
                 f"| {r['yaw_change_deg_median']} | {r['recovered_carried_psnr_db_median']} | {r['anonymize_s_per_face']} / {r['recover_s_per_face']} |"
             )
-    lines += ["", "Reconstruction (the backbone alone, identity unchanged): " + "; ".join(
-        f"{k} {cell(v['reconstruction']['dlib_same'])} same person, {v['reconstruction']['psnr_db_median']} dB" for k, v in result["sets"].items())]
+    lines += [
+        "",
+        "Reconstruction (the backbone alone, identity unchanged): "
+        + "; ".join(f"{k} {cell(v['reconstruction']['dlib_same'])} same person, {v['reconstruction']['psnr_db_median']} dB" for k, v in result["sets"].items()),
+    ]
     write_results(args.out, result, lines)
     return 0
 

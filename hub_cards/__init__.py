@@ -107,9 +107,7 @@ def _registry_view(method: str) -> dict[str, Any]:
         "resolution": getattr(cls, "resolution", None),
         "uses_key": getattr(cls, "uses_key", None),
         "reversible": getattr(cls, "reversible", None),
-        "controls": [
-            {"name": c.name, "default": c.default, "kind": c.kind} for c in getattr(cls, "controls", ())
-        ],
+        "controls": [{"name": c.name, "default": c.default, "kind": c.kind} for c in getattr(cls, "controls", ())],
     }
     stages = getattr(cls, "stages", None)
     if stages:
@@ -314,8 +312,7 @@ def _summarise_train_info(info: Mapping[str, Any] | None) -> dict[str, Any]:
         out["stage"] = info["stage"]
     if info.get("step") is not None:
         out["optimizer steps"] = f"{info['step']}" + (f" of {info['total_steps']}" if info.get("total_steps") else "")
-    for key, label in (("images_seen", "images seen"), ("seed", "seed"), ("mixed_precision", "mixed precision"),
-                       ("num_processes", "processes")):
+    for key, label in (("images_seen", "images seen"), ("seed", "seed"), ("mixed_precision", "mixed precision"), ("num_processes", "processes")):
         if info.get(key) is not None:
             out[label] = info[key]
     cfg = info.get("config") if isinstance(info.get("config"), Mapping) else {}
@@ -335,10 +332,7 @@ def _summarise_train_info(info: Mapping[str, Any] | None) -> dict[str, Any]:
 
 def _load_code(method: str, repo_id: str | None, default_repo: str | None) -> tuple[str, str]:
     if repo_id and repo_id != default_repo:
-        code = (
-            "from huggingface_hub import snapshot_download\n\n"
-            f'm = load("{method}", local_dir=snapshot_download("{repo_id}"))'
-        )
+        code = f'from huggingface_hub import snapshot_download\n\nm = load("{method}", local_dir=snapshot_download("{repo_id}"))'
         return code, f"`{repo_id}`"
     if repo_id or default_repo:
         repo = repo_id or default_repo
@@ -377,11 +371,7 @@ def render_card(
 
     training = {**_summarise_train_info(train_info), **dict(training or {})}
     hub_datasets = _as_list(facts.get("hub_datasets")) + _as_list(training.pop("datasets", None))
-    base_models = (
-        _as_list(facts.get("base_models"))
-        + _as_list(training.pop("base_models", None))
-        + _as_list(training.pop("base_model", None))
-    )
+    base_models = _as_list(facts.get("base_models")) + _as_list(training.pop("base_models", None)) + _as_list(training.pop("base_model", None))
 
     stage_names = {int(k): v for k, v in (facts.get("stage_names") or {}).items()}
     stage_numbers = reg.get("stages") or [int(s) for s in facts.get("stages", [1])]
@@ -390,9 +380,7 @@ def render_card(
     reversible = bool(reg["reversible"]) if reg.get("reversible") is not None else bool(facts.get("reversible"))
     uses_key = reg["uses_key"] if reg.get("uses_key") is not None else ("key" in facts.get("controls", []))
     # controls in the code snippet only when the registry gives their real defaults
-    extra_controls = [
-        {"name": c["name"], "default": repr(c["default"])} for c in reg.get("controls", []) if c["name"] != "key"
-    ]
+    extra_controls = [{"name": c["name"], "default": repr(c["default"])} for c in reg.get("controls", []) if c["name"] != "key"]
 
     card_data = ModelCardData(
         license=facts.get("license"),
@@ -507,10 +495,7 @@ def push_to_hub(
     try:
         api.whoami()
     except Exception as err:  # noqa: BLE001 - network, auth: say so before uploading anything
-        raise CardError(
-            f"cannot push: the Hub did not accept the token or cannot be reached ({type(err).__name__}: {err}); "
-            "nothing was uploaded"
-        ) from err
+        raise CardError(f"cannot push: the Hub did not accept the token or cannot be reached ({type(err).__name__}: {err}); nothing was uploaded") from err
 
     api.create_repo(repo_id, repo_type="model", private=private, exist_ok=True)
     if revision:

@@ -1,7 +1,7 @@
 """Command line: render the model cards, or push a checkpoint with its card.
 
-    python -m hub_cards render [--method M ...] [--eval-json F] [--repo-id R] [--out DIR]
-    python -m hub_cards push --method M --repo OWNER/NAME --folder CKPT [--eval-json F] [--private] [--revision B]
+python -m hub_cards render [--method M ...] [--eval-json F] [--repo-id R] [--out DIR]
+python -m hub_cards push --method M --repo OWNER/NAME --folder CKPT [--eval-json F] [--private] [--revision B]
 """
 
 from __future__ import annotations

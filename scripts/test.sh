@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# The test suite, offline. With no arguments: the routine run (tests marked `slow` left out; about 5
-# minutes on 2 cores). `bash scripts/test.sh -m slow` runs the slow ones; CI runs both.
+# Lint (ruff check + format check), then the test suite, offline. With no arguments: the routine run (tests
+# marked `slow` left out; about 4 minutes on 2 cores). `bash scripts/test.sh -m slow` runs the slow ones; CI runs both.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export HF_HUB_OFFLINE=1
 if [ "$#" -eq 0 ]; then
   set -- -m "not slow"
 fi
+.venv/bin/ruff check --quiet .
+.venv/bin/ruff format --check --quiet .
 exec .venv/bin/python -m pytest -q tests "$@"

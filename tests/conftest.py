@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before anything imports huggingface_hub

@@ -30,8 +30,14 @@ def anonymize_in_fresh_process(method: str, checkpoint: Path, crop: np.ndarray, 
     interpreter (same torch thread count as this one) -> the uint8 image it wrote."""
     workdir = Path(workdir)
     np.save(workdir / "fresh_crop.npy", crop)
-    job = {"method": method, "checkpoint": str(checkpoint), "crop": str(workdir / "fresh_crop.npy"), "key": key,
-           "controls": controls, "out": str(workdir / "fresh_out.npy")}
+    job = {
+        "method": method,
+        "checkpoint": str(checkpoint),
+        "crop": str(workdir / "fresh_crop.npy"),
+        "key": key,
+        "controls": controls,
+        "out": str(workdir / "fresh_out.npy"),
+    }
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONPATH=str(ROOT))
     subprocess.run([sys.executable, "-c", _CHILD, str(torch.get_num_threads()), json.dumps(job)], check=True, env=env, cwd=ROOT, timeout=120)
     return np.load(workdir / "fresh_out.npy")

@@ -8,7 +8,13 @@ from __future__ import annotations
 
 def bn_shapes(prefix: str, c: int) -> dict[str, tuple[int, ...]]:
     """A BatchNorm's state-dict entries (weight, bias, running stats, counter)."""
-    return {f"{prefix}.weight": (c,), f"{prefix}.bias": (c,), f"{prefix}.running_mean": (c,), f"{prefix}.running_var": (c,), f"{prefix}.num_batches_tracked": ()}
+    return {
+        f"{prefix}.weight": (c,),
+        f"{prefix}.bias": (c,),
+        f"{prefix}.running_mean": (c,),
+        f"{prefix}.running_var": (c,),
+        f"{prefix}.num_batches_tracked": (),
+    }
 
 
 def irse_stem_and_body_shapes(units, chans, input_nc: int = 3) -> dict[str, tuple[int, ...]]:

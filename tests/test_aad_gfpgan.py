@@ -33,8 +33,13 @@ from zoo.nn.gfpgan import GFPGANv1Clean, convert_gfpgan, convert_stylegan2_clean
 
 
 def _bn(prefix: str, c: int) -> dict[str, tuple[int, ...]]:
-    return {f"{prefix}.weight": (c,), f"{prefix}.bias": (c,), f"{prefix}.running_mean": (c,),
-            f"{prefix}.running_var": (c,), f"{prefix}.num_batches_tracked": ()}
+    return {
+        f"{prefix}.weight": (c,),
+        f"{prefix}.bias": (c,),
+        f"{prefix}.running_mean": (c,),
+        f"{prefix}.running_var": (c,),
+        f"{prefix}.num_batches_tracked": (),
+    }
 
 
 def aei_reference_shapes(c_id: int, c: int) -> dict[str, tuple[int, ...]]:
@@ -50,17 +55,34 @@ def aei_reference_shapes(c_id: int, c: int) -> dict[str, tuple[int, ...]]:
         s.update(_bn(f"encoder.deconv{i}.bn", cout))
     s["generator.up1.weight"] = (c_id, 32 * c, 2, 2)
     s["generator.up1.bias"] = (32 * c,)
-    blocks = [(32 * c, 32 * c, 32 * c), (32 * c, 32 * c, 64 * c), (32 * c, 32 * c, 32 * c), (32 * c, 16 * c, 16 * c),
-              (16 * c, 8 * c, 8 * c), (8 * c, 4 * c, 4 * c), (4 * c, 2 * c, 2 * c), (2 * c, 3, 2 * c)]
+    blocks = [
+        (32 * c, 32 * c, 32 * c),
+        (32 * c, 32 * c, 64 * c),
+        (32 * c, 32 * c, 32 * c),
+        (32 * c, 16 * c, 16 * c),
+        (16 * c, 8 * c, 8 * c),
+        (8 * c, 4 * c, 4 * c),
+        (4 * c, 2 * c, 2 * c),
+        (2 * c, 3, 2 * c),
+    ]
     for k, (cin, cout, catt) in enumerate(blocks, start=1):
         p = f"generator.AADBlk{k}"
         for j in (1, 2, 3) if cin != cout else (1, 2):
             a = f"{p}.AAD{j}"
-            s.update({f"{a}.conv1.weight": (cin, catt, 1, 1), f"{a}.conv1.bias": (cin,),
-                      f"{a}.conv2.weight": (cin, catt, 1, 1), f"{a}.conv2.bias": (cin,),
-                      f"{a}.fc1.weight": (cin, c_id), f"{a}.fc1.bias": (cin,),
-                      f"{a}.fc2.weight": (cin, c_id), f"{a}.fc2.bias": (cin,),
-                      f"{a}.conv_h.weight": (1, cin, 1, 1), f"{a}.conv_h.bias": (1,)})
+            s.update(
+                {
+                    f"{a}.conv1.weight": (cin, catt, 1, 1),
+                    f"{a}.conv1.bias": (cin,),
+                    f"{a}.conv2.weight": (cin, catt, 1, 1),
+                    f"{a}.conv2.bias": (cin,),
+                    f"{a}.fc1.weight": (cin, c_id),
+                    f"{a}.fc1.bias": (cin,),
+                    f"{a}.fc2.weight": (cin, c_id),
+                    f"{a}.fc2.bias": (cin,),
+                    f"{a}.conv_h.weight": (1, cin, 1, 1),
+                    f"{a}.conv_h.bias": (1,),
+                }
+            )
         s[f"{p}.conv1.weight"] = (cin, cin, 3, 3)
         s[f"{p}.conv2.weight"] = (cout, cin, 3, 3)
         if cin != cout:
@@ -158,8 +180,13 @@ def gfpgan_reference_shapes(out_size=512, F_=512, cm=2, narrow=1.0, sft_half=Tru
 def component_d_reference_shapes(c=64):
     """GFPGAN FacialComponentDiscriminator (BasicSR ConvLayer: [UpFirDnSmooth,] EqualConv2d, FusedLeakyReLU)."""
     s = {}
-    for name, cin, cout, down in (("conv1", 3, c, False), ("conv2", c, 2 * c, True), ("conv3", 2 * c, 2 * c, False),
-                                  ("conv4", 2 * c, 4 * c, True), ("conv5", 4 * c, 4 * c, False)):
+    for name, cin, cout, down in (
+        ("conv1", 3, c, False),
+        ("conv2", c, 2 * c, True),
+        ("conv3", 2 * c, 2 * c, False),
+        ("conv4", 2 * c, 4 * c, True),
+        ("conv5", 4 * c, 4 * c, False),
+    ):
         i = 1 if down else 0  # BasicSR's blur has no state
         s[f"{name}.{i}.weight"] = (cout, cin, 3, 3)
         s[f"{name}.{i + 1}.bias"] = (cout,)
@@ -210,8 +237,7 @@ def test_attribute_encoder_gives_eight_levels_at_documented_sizes(tiny_aei):
     c = 2
     z = tiny_aei.encoder(torch.rand(2, 3, 256, 256) * 2 - 1)
     assert len(z) == 8
-    expected = [(32 * c, 2), (64 * c, 4), (32 * c, 8), (16 * c, 16),
-                (8 * c, 32), (4 * c, 64), (2 * c, 128), (2 * c, 256)]
+    expected = [(32 * c, 2), (64 * c, 4), (32 * c, 8), (16 * c, 16), (8 * c, 32), (4 * c, 64), (2 * c, 128), (2 * c, 256)]
     assert [(t.shape[1], t.shape[2], t.shape[3]) for t in z] == [(ch, r, r) for ch, r in expected]
     # z_attr^8 is the bilinear (align_corners) 2x upsample of z_attr^7
     torch.testing.assert_close(z[7], F.interpolate(z[6], scale_factor=2, mode="bilinear", align_corners=True))
@@ -485,8 +511,7 @@ def test_gfpgan_fix_decoder_and_sft_identity():
 
 def test_gfpgan_parameter_counts_match_official_layout():
     with torch.device("meta"):
-        release = GFPGANv1Clean(512, 512, 2, fix_decoder=False, input_is_latent=True, different_w=True, narrow=1,
-                                sft_half=True)
+        release = GFPGANv1Clean(512, 512, 2, fix_decoder=False, input_is_latent=True, different_w=True, narrow=1, sft_half=True)
         brief = GFPGANv1Clean(512, sft_half=True, channel_multiplier=2, narrow=1)
     ref_release = gfpgan_reference_shapes(different_w=True)
     assert shapes_of(release) == ref_release
@@ -498,8 +523,7 @@ def test_gfpgan_parameter_counts_match_official_layout():
 
 def test_gfpgan_converter_strict_and_exact(tmp_path):
     torch.manual_seed(10)
-    shapes = gfpgan_reference_shapes(out_size=64, F_=32, cm=2, narrow=1 / 16, sft_half=True, different_w=True,
-                                     num_mlp=3)
+    shapes = gfpgan_reference_shapes(out_size=64, F_=32, cm=2, narrow=1 / 16, sft_half=True, different_w=True, num_mlp=3)
     ema, raw = random_state(shapes, seed=1), random_state(shapes, seed=2)
     m = convert_gfpgan({"params_ema": ema, "params": raw}).eval()
     cfg = config_of(m, tmp_path / "direct")
@@ -527,7 +551,7 @@ def test_gfpgan_converter_strict_and_exact(tmp_path):
         convert_gfpgan({"params_ema": {"foo.weight": torch.zeros(1)}})
 
     # the decoder alone (a BasicSR StyleGAN2GeneratorClean checkpoint, e.g. the 512 px FFHQ prior)
-    dec_sd = {k[len("stylegan_decoder."):]: v for k, v in ema.items() if k.startswith("stylegan_decoder.")}
+    dec_sd = {k[len("stylegan_decoder.") :]: v for k, v in ema.items() if k.startswith("stylegan_decoder.")}
     dec = convert_stylegan2_clean({"params_ema": dec_sd}).eval()
     assert config_of(dec, tmp_path / "dec")["out_size"] == 64
     w = torch.randn(1, 10, 32)

@@ -38,6 +38,8 @@ def _download_tag(methods):
     """The app's rule for a download's name: the method names joined, or "N_methods" when long."""
     tag = "-".join(methods)
     return tag if len(tag) <= 60 else f"{len(methods)}_methods"
+
+
 import zoo  # noqa: E402
 from zoo import registry  # noqa: E402
 from zoo.keys import Secret  # noqa: E402
@@ -96,6 +98,7 @@ def _free_port() -> int:
 
 def _png_header_only(path: Path, width: int, height: int) -> Path:
     """A PNG whose header claims ``width`` x ``height`` pixels, with a tiny (wrong) data block."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
 
@@ -137,8 +140,7 @@ def app(installed, checkpoints):
     registry.register_method("slow", f"{__name__}:SlowBlur")
     catalog = space_app.method_catalog([*installed, "shift", "needs_weights", "toy", "slow"], checkpoints=str(checkpoints))
     demo = space_app.build_app(catalog)
-    _, url, _ = space_app.launch(demo, server_port=_free_port(), server_name="127.0.0.1", prevent_thread_lock=True,
-                                 quiet=True, max_file_size="2mb")
+    _, url, _ = space_app.launch(demo, server_port=_free_port(), server_name="127.0.0.1", prevent_thread_lock=True, quiet=True, max_file_size="2mb")
     client = Client(url, verbose=False, download_files=True)
     yield {"url": url, "client": client, "catalog": catalog, "demo": demo}
     demo.close()
@@ -243,15 +245,17 @@ def test_recover_tab_right_key_beats_wrong_key(app, photo):
     for i, m in enumerate(reversible):
         anon, right, wrong = (_rgb(g["image"]) for g in gallery[3 * i : 3 * i + 3])
         assert anon.shape == right.shape == wrong.shape == original.shape
-        assert [g["caption"].split(" · ")[1] for g in gallery[3 * i : 3 * i + 3]] == [
-            "anonymized", "recovered, right key", "recovered, wrong key"]
+        assert [g["caption"].split(" · ")[1] for g in gallery[3 * i : 3 * i + 3]] == ["anonymized", "recovered, right key", "recovered, wrong key"]
         e_anon, e_right, e_wrong = (_err(x, original, box) for x in (anon, right, wrong))
         assert e_right < 0.5 * e_anon and e_right < 0.5 * e_wrong, (m, e_anon, e_right, e_wrong)
     assert Secret(KEY).fingerprint in status and Secret(KEY + " (wrong)").fingerprint in status
     assert Path(zip_path).name == f"recovery_{'-'.join(reversible)}.zip"
     with zipfile.ZipFile(zip_path) as zf:
-        expected = {f"{kind}_{m}.{ext}" for m in reversible for kind, ext in (
-            ("anonymized", "png"), ("recovered_right_key", "png"), ("recovered_wrong_key", "png"), ("report", "json"))}
+        expected = {
+            f"{kind}_{m}.{ext}"
+            for m in reversible
+            for kind, ext in (("anonymized", "png"), ("recovered_right_key", "png"), ("recovered_wrong_key", "png"), ("report", "json"))
+        }
         assert set(zf.namelist()) == expected
 
 
@@ -381,8 +385,7 @@ def test_method_failures_logged_by_kind(app, photo, caplog):
     registry.register_method("broken", f"{__name__}:Broken")
     try:
         catalog = dict(app["catalog"], broken=space_app.method_catalog(["broken"])["broken"])
-        gallery, rows, zip_path, status = space_app.anonymize_photo(
-            catalog, str(photo), ["shift", "broken", "blur"], KEY, None, [("shift", "amount")], [5.0])
+        gallery, rows, zip_path, status = space_app.anonymize_photo(catalog, str(photo), ["shift", "broken", "blur"], KEY, None, [("shift", "amount")], [5.0])
     finally:
         registry._REGISTRY.pop("broken", None)
         space_app._METHODS.pop("broken", None)
@@ -412,8 +415,13 @@ def test_request_files_are_private_and_handed_over(app, photo, tmp_path):
     assert run.parent == base and Path(zip_path).name == "anonymized_shift-blur.zip"
     folders = [base, run, *(d for d in run.rglob("*") if d.is_dir())]
     files = [f for f in run.rglob("*") if f.is_file()]
-    assert {f.name for f in files} == {"anonymized_shift-blur.zip", "anonymized_shift.png",
-                                       "anonymized_blur.png", "anonymized_shift.json", "anonymized_blur.json"}
+    assert {f.name for f in files} == {
+        "anonymized_shift-blur.zip",
+        "anonymized_shift.png",
+        "anonymized_blur.png",
+        "anonymized_shift.json",
+        "anonymized_blur.json",
+    }
     assert all(_mode(d) == 0o700 for d in folders), {str(d): oct(_mode(d)) for d in folders}
     assert all(_mode(f) == 0o600 for f in files), {f.name: oct(_mode(f)) for f in files}
     with zipfile.ZipFile(zip_path) as zf:
@@ -463,8 +471,12 @@ def test_page_and_api_publish_no_key_and_name_every_output(app):
         assert all(label and not label.startswith("value_") for label in labels), (name, labels)
     assert [r["label"] for r in api["/anonymize"]["returns"]] == ["Results", "Per face", "Download (PNGs and JSON reports)", "Status"]
     assert [r["label"] for r in api["/anonymize_video"]["returns"]] == [
-        "Anonymized video", "Per face track", "Video report (per-frame faces in the download)",
-        "Download (video and JSON report)", "Video status"]
+        "Anonymized video",
+        "Per face track",
+        "Video report (per-frame faces in the download)",
+        "Download (video and JSON report)",
+        "Video status",
+    ]
     assert [p["parameter_name"] for p in api["/anonymize_video"]["parameters"]][:3] == ["video", "method", "key"]
 
 
@@ -625,8 +637,8 @@ def test_video_progress_and_private_files(app, clip):
     old_umask = os.umask(0)
     try:
         out, rows, report, zip_path, status = space_app.anonymize_clip(
-            app["catalog"], str(clip), "shift", KEY, [("shift", "amount")], [0.8],
-            lambda progress, desc=None, unit=None: calls.append((progress, desc)))
+            app["catalog"], str(clip), "shift", KEY, [("shift", "amount")], [0.8], lambda progress, desc=None, unit=None: calls.append((progress, desc))
+        )
     finally:
         os.umask(old_umask)
     stages = [desc for _, desc in calls]
@@ -665,11 +677,14 @@ def test_bad_video_uploads_refused_before_the_heavy_slot(app, clip, photo, tmp_p
         raise AssertionError("a bad upload reached the heavy slot")
 
     monkeypatch.setattr(space_app.SLOTS, "run", no_heavy_work)
-    cases = [(text, {}, "Not a readable video: holiday.mp4"), (picture, {}, "Not a video: picture.mp4"),
-             (long_clip, {}, "Video too long: long.avi is 12.0 s long"),
-             (clip, {"MAX_VIDEO_FRAMES": 5}, "Video too long: clip.mp4 has more than 5 frames"),
-             (clip, {"MAX_VIDEO_PIXELS": 100 * 100}, "Video frames too large: clip.mp4 is 144x112"),
-             (None, {}, "Please upload a short video first.")]
+    cases = [
+        (text, {}, "Not a readable video: holiday.mp4"),
+        (picture, {}, "Not a video: picture.mp4"),
+        (long_clip, {}, "Video too long: long.avi is 12.0 s long"),
+        (clip, {"MAX_VIDEO_FRAMES": 5}, "Video too long: clip.mp4 has more than 5 frames"),
+        (clip, {"MAX_VIDEO_PIXELS": 100 * 100}, "Video frames too large: clip.mp4 is 144x112"),
+        (None, {}, "Please upload a short video first."),
+    ]
     for path, limits, expected in cases:
         with monkeypatch.context() as m:
             for name, value in limits.items():

@@ -13,8 +13,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from official_layouts import bn_shapes, irse_stem_and_body_shapes
+
 from zoo.convert import ConversionError, get_converter
 from zoo.hub import WeightsNotFoundError
 from zoo.nn.arcface import IResNet, IRSEArcFace, arcface_crop

@@ -26,9 +26,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parent.parent
 SCREENSHOT = ROOT / "docs" / "screenshot_anonymize.png"
-CHROMIUM = os.environ.get("CHROMIUM") or next(
-    (p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome")) if p), None
-)
+CHROMIUM = os.environ.get("CHROMIUM") or next((p for p in map(shutil.which, ("chromium", "chromium-browser", "google-chrome", "chrome")) if p), None)
 pytestmark = [
     pytest.mark.skipif(CHROMIUM is None, reason="no Chromium binary (install Debian's 'chromium' package or set CHROMIUM=/path/to/chrome)"),
     pytest.mark.slow,  # a real browser: CI runs it (scripts/test.sh -m slow)
@@ -50,13 +48,22 @@ class Chromium:
         profile.mkdir(parents=True, exist_ok=True)
         self.log = profile.parent / "chromium.log"
         args = [
-            exe, "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-            "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage", "--hide-scrollbars",
-            "--mute-audio", f"--user-data-dir={profile}", "--remote-debugging-pipe", "about:blank",
+            exe,
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--no-first-run",
+            "--disable-dev-shm-usage",
+            "--hide-scrollbars",
+            "--mute-audio",
+            f"--user-data-dir={profile}",
+            "--remote-debugging-pipe",
+            "about:blank",
         ]
         with open(self.log, "wb") as log:
-            self.proc = subprocess.Popen(args, preexec_fn=child_fds, close_fds=False, stdin=subprocess.DEVNULL,
-                                         stdout=subprocess.DEVNULL, stderr=log)
+            self.proc = subprocess.Popen(args, preexec_fn=child_fds, close_fds=False, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
         os.close(cmd_r)
         os.close(out_w)
         self._w, self._r, self._buf, self._id = cmd_w, out_r, b"", 0
@@ -269,7 +276,7 @@ def test_video_in_the_browser(browser, tmp_path):
 
     bad = tmp_path / "party.mp4"
     bad.write_text("this is a text file with an .mp4 name\n" * 40)
-    b.js("document.querySelector('#anon_video button[aria-label=\"Clear\"], #anon_video button[title=\"Clear\"]')?.click()")
+    b.js('document.querySelector(\'#anon_video button[aria-label="Clear"], #anon_video button[title="Clear"]\')?.click()')
     b.wait_for("!!document.querySelector('#anon_video input[type=file]')", timeout=30)
     b.set_file("#anon_video input[type=file]", bad)
     b.wait_for("!!document.querySelector('.toast-body.error')", timeout=30)

@@ -11,8 +11,12 @@ from zoo import carrier
 
 def _block(rng, index=3, n=100):
     return carrier.CarriedLatent(
-        carrier.method_tag("personal"), index, np.array([100, 90, 210, 230], np.float32),
-        (rng.normal(size=(5, 2)) * 10 + 150).astype(np.float32), rng.normal(size=n).astype(np.float32))
+        carrier.method_tag("personal"),
+        index,
+        np.array([100, 90, 210, 230], np.float32),
+        (rng.normal(size=(5, 2)) * 10 + 150).astype(np.float32),
+        rng.normal(size=n).astype(np.float32),
+    )
 
 
 def test_block_round_trip_and_bounds():

@@ -43,8 +43,14 @@ def test_anonymize_a_folder_end_to_end(photos, tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "4 of 4 file(s) written" in proc.stderr
     expected = {
-        "group__blur.png", "group__blur.json", "group__noise.png", "group__noise.json",
-        "sub/portrait__blur.png", "sub/portrait__blur.json", "sub/portrait__noise.png", "sub/portrait__noise.json",
+        "group__blur.png",
+        "group__blur.json",
+        "group__noise.png",
+        "group__noise.json",
+        "sub/portrait__blur.png",
+        "sub/portrait__blur.json",
+        "sub/portrait__noise.png",
+        "sub/portrait__noise.json",
     }
     assert {str(p.relative_to(out)) for p in out.rglob("*") if p.is_file()} == expected
     fingerprint = Secret(SECRET).fingerprint
@@ -184,7 +190,9 @@ def test_sigterm_and_ctrl_c_leave_no_temporary_file(photos, tmp_path, signame):
     out = tmp_path / "out"
     proc = subprocess.Popen(
         [sys.executable, "-m", "zoo", "anonymize", str(photos), str(photos), "--method", "personal,blur,noise", "--key", "k", "--out", str(out), "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
     )
     deadline = time.time() + 120
     while time.time() < deadline and not list(out.rglob("*.png")) and proc.poll() is None:

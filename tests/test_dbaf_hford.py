@@ -108,7 +108,10 @@ def test_attention_block_is_eq_3_to_5():
     g = x * ca
     bn = block.spatial_bn
     conv = F.conv2d(torch.cat([g.amax(1, keepdim=True), g.mean(1, keepdim=True)], 1), block.spatial_conv.weight, padding=3)
-    sa = torch.sigmoid((conv - bn.running_mean.view(1, -1, 1, 1)) / torch.sqrt(bn.running_var.view(1, -1, 1, 1) + bn.eps) * bn.weight.view(1, -1, 1, 1) + bn.bias.view(1, -1, 1, 1))  # eq. (3)
+    sa = torch.sigmoid(
+        (conv - bn.running_mean.view(1, -1, 1, 1)) / torch.sqrt(bn.running_var.view(1, -1, 1, 1) + bn.eps) * bn.weight.view(1, -1, 1, 1)
+        + bn.bias.view(1, -1, 1, 1)
+    )  # eq. (3)
     torch.testing.assert_close(block(x), sa * x * ca)  # eq. (5)
 
 
@@ -135,7 +138,7 @@ def test_keys_come_from_the_secret_one_w_per_level(method):
     assert not torch.allclose(p1, p2)
     c, m, f = level_sizes(g.n_latent)
     for lo, hi in ((0, c), (c, c + m), (c + m, g.n_latent)):  # one w repeated over each level
-        assert torch.equal(p1[0, lo:hi], p1[0, lo:lo + 1].expand(hi - lo, -1))
+        assert torch.equal(p1[0, lo:hi], p1[0, lo : lo + 1].expand(hi - lo, -1))
     assert not torch.allclose(p1[0, 0], p1[0, c]) and not torch.allclose(p1[0, c], p1[0, -1])
     # w = mapping(z) with z ~ N(0, I) from the key material (the authors' sample_w)
     z = keys_for(method.name, ["secret one"])[0].normal(g.style_dim, context="w|level0")
@@ -451,7 +454,11 @@ def test_official_maar_converts_strictly_and_computes_cbam():
         # reference for c2 (32 px): 1x1 conv, CBAM channel gate (avg+max -> mlp), spatial gate (BN eval)
         p = "cbam_c2."
         x = F.conv2d(feats[32], sd["conv_c2.weight"], sd["conv_c2.bias"])
-        mlp = lambda v: F.linear(F.relu(F.linear(v, sd[p + "ChannelGate.mlp.1.weight"], sd[p + "ChannelGate.mlp.1.bias"])), sd[p + "ChannelGate.mlp.3.weight"], sd[p + "ChannelGate.mlp.3.bias"])  # noqa: E731
+        mlp = lambda v: F.linear(
+            F.relu(F.linear(v, sd[p + "ChannelGate.mlp.1.weight"], sd[p + "ChannelGate.mlp.1.bias"])),
+            sd[p + "ChannelGate.mlp.3.weight"],
+            sd[p + "ChannelGate.mlp.3.bias"],
+        )  # noqa: E731
         x = x * torch.sigmoid(mlp(x.mean((2, 3))) + mlp(x.amax((2, 3))))[:, :, None, None]
         s = F.conv2d(torch.cat([x.amax(1, keepdim=True), x.mean(1, keepdim=True)], 1), sd[p + "SpatialGate.spatial.conv.weight"], padding=3)
         bn = lambda k: sd[p + "SpatialGate.spatial.bn." + k]  # noqa: E731
@@ -486,7 +493,9 @@ def test_official_cid_converts_strictly_and_reproduces_the_batch_one_forward():
             v = F.linear(y, sd[p + "0.fn.to_qkv.weight"])[..., 2 * 896 :]
             x = x + F.linear(v, sd[p + "0.fn.to_out.0.weight"], sd[p + "0.fn.to_out.0.bias"])
             y = F.layer_norm(x, (512,), sd[p + "1.norm.weight"], sd[p + "1.norm.bias"])
-            x = x + F.linear(F.gelu(F.linear(y, sd[p + "1.fn.net.0.weight"], sd[p + "1.fn.net.0.bias"])), sd[p + "1.fn.net.3.weight"], sd[p + "1.fn.net.3.bias"])
+            x = x + F.linear(
+                F.gelu(F.linear(y, sd[p + "1.fn.net.0.weight"], sd[p + "1.fn.net.0.bias"])), sd[p + "1.fn.net.3.weight"], sd[p + "1.fn.net.3.bias"]
+            )
         outs.append(x)
     with torch.no_grad():
         torch.testing.assert_close(cid(c), torch.cat(outs, 1), atol=1e-4, rtol=1e-4)

@@ -12,8 +12,8 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
 from official_layouts import bn_shapes, irse_stem_and_body_shapes
+
 from zoo.convert import ConversionError, get_converter
 from zoo.nn.psp import Encoder4Editing, GradualStyleEncoder, psp_decoder_checkpoint
 

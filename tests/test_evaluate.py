@@ -5,11 +5,9 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
-from typing import Any, Sequence
 
 import numpy as np
 import pytest
-import torch
 
 from training.evaluate import (
     evaluate,
@@ -191,8 +189,26 @@ def test_head_pose_angle_order_and_signs():
 
 def test_cli_writes_json_and_markdown_that_hub_cards_read(tmp_path):
     out = tmp_path / "eval"
-    main(["--method", "blur", "--data", "synthetic:3", "--size", "128", "--judges", "sface", "--n-keys", "1",
-          "--no-robustness", "--no-landmarks", "--lpips", "none", "--out", str(out)])
+    main(
+        [
+            "--method",
+            "blur",
+            "--data",
+            "synthetic:3",
+            "--size",
+            "128",
+            "--judges",
+            "sface",
+            "--n-keys",
+            "1",
+            "--no-robustness",
+            "--no-landmarks",
+            "--lpips",
+            "none",
+            "--out",
+            str(out),
+        ]
+    )
     result = json.loads((out / "eval.json").read_text())
     assert result["method"] == "blur" and result["num_images"] == 3 and result["image_size"] == 128
     assert result["metrics"]["privacy"]["sface"]["deid_rate"]["n"] == 3

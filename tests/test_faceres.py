@@ -92,8 +92,21 @@ def test_parity_with_tensorflow_js(faces8, tmp_path):
     boxes = np.stack([warp_region(c, FR.faceres_crop_matrix(np.eye(3)[:2], 256), (192, 192)) for c in faces8])
     x = FR.faceres_crops(boxes)  # [8,3,224,224], 0..255
     x.permute(0, 2, 3, 1).contiguous().numpy().astype("<f4").tofile(tmp_path / "in.f32")
-    subprocess.run(["node", str(ROOT / "tools" / "tfjs_reference.mjs"), str(graph_file), str(tmp_path / "in.f32"), "8,224,224,3",
-                    str(tmp_path / "out"), "global_pooling/Mean"], check=True, cwd=ROOT, capture_output=True, timeout=300)
+    subprocess.run(
+        [
+            "node",
+            str(ROOT / "tools" / "tfjs_reference.mjs"),
+            str(graph_file),
+            str(tmp_path / "in.f32"),
+            "8,224,224,3",
+            str(tmp_path / "out"),
+            "global_pooling/Mean",
+        ],
+        check=True,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=300,
+    )
     assert json.loads((tmp_path / "out.json").read_text())["outputs"][0]["shape"] == [8, 1024]
     ref = np.fromfile(tmp_path / "out.0.f32", "<f4").reshape(8, 1024)
     with torch.no_grad():

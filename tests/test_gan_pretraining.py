@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from test_dbaf_hford import tiny_config as stylegan_tiny_config
+
 from training.gan import StyleGAN2Pretraining
 from training.train import load_config, train
 from zoo.keys import Secret

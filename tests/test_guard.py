@@ -32,7 +32,7 @@ def astronaut():
 
 def test_a_face_left_recognizable_is_blurred_and_reported(astronaut):
     from zoo.guard import guard_for
-    from zoo.judges import get_judge, embed_at_original_places
+    from zoo.judges import embed_at_original_places, get_judge
     from zoo.pipeline import detect_faces
 
     m = _Unchanged()
@@ -72,7 +72,9 @@ def test_guard_option_is_validated(astronaut):
 def test_carrier_keeps_the_variant_and_reads_version_1_blocks():
     rng = np.random.default_rng(5)
     img = rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)
-    c = carrier.CarriedLatent(carrier.method_tag("dbaf"), 2, np.zeros(4, np.float32), np.zeros((5, 2), np.float32), rng.normal(size=100).astype(np.float32), variant=3)
+    c = carrier.CarriedLatent(
+        carrier.method_tag("dbaf"), 2, np.zeros(4, np.float32), np.zeros((5, 2), np.float32), rng.normal(size=100).astype(np.float32), variant=3
+    )
     assert carrier.embed(img, c, (60, 60), 100)
     (found,) = carrier.extract_all(img)
     assert found.variant == 3 and found.index == 2
@@ -237,10 +239,9 @@ def test_wrong_key_distance_is_the_recovery_with_the_stand_in_key():
     """The reported wrong-key distance is SFace's distance between the input and the kept variant's code
     recovered with KeyMaterial.wrong_key (and that variant), recomputed here outside the guard."""
     import zoo
-    from zoo.judges import get_judge
-    from zoo.keys import Secret
-    from zoo.synthetic import synthetic_faces_uint8
     from zoo.imageio import from_tensor, to_tensor
+    from zoo.judges import get_judge
+    from zoo.synthetic import synthetic_faces_uint8
 
     m = zoo.load("personal")
     x = synthetic_faces_uint8(3, seed=322, resolution=64)
@@ -266,7 +267,26 @@ def test_cli_guard_option(tmp_path):
     from zoo.cli import main
 
     assert main(["anonymize", "example:astronaut", "-m", "personal", "--key", "042917", "--out", str(tmp_path / "on"), "-q", "-c", "refine_steps=0"]) == 0
-    assert main(["anonymize", "example:astronaut", "-m", "personal", "--key", "042917", "--out", str(tmp_path / "off"), "-q", "-c", "refine_steps=0", "--privacy-guard", "off"]) == 0
+    assert (
+        main(
+            [
+                "anonymize",
+                "example:astronaut",
+                "-m",
+                "personal",
+                "--key",
+                "042917",
+                "--out",
+                str(tmp_path / "off"),
+                "-q",
+                "-c",
+                "refine_steps=0",
+                "--privacy-guard",
+                "off",
+            ]
+        )
+        == 0
+    )
     (on,) = (tmp_path / "on").glob("*.json")
     (off,) = (tmp_path / "off").glob("*.json")
     assert json.loads(on.read_text())["faces"][0]["guard"]["judges"] == ["sface", "faceres"]

@@ -98,11 +98,11 @@ def test_card_with_eval_json_carries_exactly_the_measured_numbers(tmp_path):
 
 def test_reads_the_evaluators_own_json():
     """The layout training/evaluate.py writes: nested entries with value/ci95/n, and unavailable entries."""
+    import torch
+
     import zoo
     from training.evaluate import evaluate
     from zoo.synthetic import synthetic_faces_uint8
-
-    import torch
 
     torch.manual_seed(0)
     images = synthetic_faces_uint8(4, seed=0, resolution=128)
@@ -153,8 +153,8 @@ def test_cli_render_all_with_one_methods_eval(tmp_path, capsys):
 
 
 def _checkpoint(folder: Path, method: str) -> Path:
-    from safetensors.torch import save_file
     import torch
+    from safetensors.torch import save_file
 
     (folder / "net").mkdir(parents=True)
     (folder / "method.json").write_text(json.dumps({"method": method, "config": {}, "components": {}}))

@@ -16,7 +16,8 @@ from training.train import load_config
 from zoo.convert import ConversionError, get_converter
 from zoo.face3d import MeshHeadModel, load_shape_space, load_texture_space
 from zoo.face3d.landmarks import FACE_OUTLINE, MIRROR_68
-from zoo.face3d.shape_space import load_shape_space as load_space_file, main_build
+from zoo.face3d.shape_space import load_shape_space as load_space_file
+from zoo.face3d.shape_space import main_build
 from zoo.face3d.warp import polygon_mask
 from zoo.imageio import from_tensor, to_tensor
 from zoo.keys import Secret
@@ -184,11 +185,10 @@ def demo_method():
 
 
 def test_step_one_demo_changes_identity_keeps_pose_and_background(demo_method, dlib_judge, tmp_path):
+    import zoo
     from zoo.face3d.shape_space import nuisance_measures, procrustes_align
     from zoo.methods.ideudemon import IDEudemonStepOne
     from zoo.synthetic import synthetic_faces_uint8
-
-    import zoo
 
     assert isinstance(demo_method, IDEudemonStepOne) and demo_method.components == {}
     demo_method.save_pretrained(tmp_path / "m")
@@ -384,7 +384,12 @@ def _official_headnerf_state(featmap_size: int, featmap_nc: int, img_size: int, 
         c_in = vp if i == 0 else (hidden + vp if i == 5 else hidden)
         sd[f"fg_CD_predictor.FeaExt_module_{i}.weight"] = torch.randn(hidden, c_in, 1, 1)
         sd[f"fg_CD_predictor.FeaExt_module_{i}.bias"] = torch.randn(hidden)
-    for name, (o, i) in {"density_module": (1, hidden), "RGB_layer_0": (hidden, hidden), "RGB_layer_1": (hidden // 2, hidden + vd), "RGB_layer_2": (featmap_nc, hidden // 2)}.items():
+    for name, (o, i) in {
+        "density_module": (1, hidden),
+        "RGB_layer_0": (hidden, hidden),
+        "RGB_layer_1": (hidden // 2, hidden + vd),
+        "RGB_layer_2": (featmap_nc, hidden // 2),
+    }.items():
         sd[f"fg_CD_predictor.{name}.weight"] = torch.randn(o, i, 1, 1)
         sd[f"fg_CD_predictor.{name}.bias"] = torch.randn(o)
     n_blocks = int(np.log2(img_size // featmap_size))
@@ -451,8 +456,11 @@ def test_headnerf_renders_and_composites_like_volume_rendering():
         h = torch.relu(F.conv2d(h, getattr(mlp, f"FeaExt_module_{i}").weight, getattr(mlp, f"FeaExt_module_{i}").bias))
         h = torch.cat([vp, h], 1) if i == 4 else h
     ref_density = torch.relu(F.conv2d(h, mlp.density_module.weight, mlp.density_module.bias))
-    ref = F.conv2d(torch.relu(F.conv2d(torch.cat([F.conv2d(h, mlp.RGB_layer_0.weight, mlp.RGB_layer_0.bias), vd], 1),
-                                       mlp.RGB_layer_1.weight, mlp.RGB_layer_1.bias)), mlp.RGB_layer_2.weight, mlp.RGB_layer_2.bias)
+    ref = F.conv2d(
+        torch.relu(F.conv2d(torch.cat([F.conv2d(h, mlp.RGB_layer_0.weight, mlp.RGB_layer_0.bias), vd], 1), mlp.RGB_layer_1.weight, mlp.RGB_layer_1.bias)),
+        mlp.RGB_layer_2.weight,
+        mlp.RGB_layer_2.bias,
+    )
     with torch.no_grad():
         feat_out, dens_out = mlp(vp, vd)
     assert torch.allclose(feat_out, ref, atol=1e-4) and torch.allclose(dens_out, ref_density, atol=1e-4)
@@ -482,8 +490,9 @@ def test_headnerf_backend_fits_and_drives_the_method():
     assert z.abs().sum() > 0  # the optimiser moved the identity code
     assert img.shape == (1, 3, 32, 32) and -1 <= img.min() and img.max() <= 1 and mask.shape == (1, 1, 32, 32)
     cfg = {"method": "ideudemon", "resolution": 32, "backend": "headnerf", "step1": {"iterations": 1}}
-    restorer = GFPGANv1Clean(out_size=32, num_style_feat=32, channel_multiplier=1, num_mlp=1, narrow=0.0625,
-                             input_is_latent=True, different_w=True, sft_half=True)
+    restorer = GFPGANv1Clean(
+        out_size=32, num_style_feat=32, channel_multiplier=1, num_mlp=1, narrow=0.0625, input_is_latent=True, different_w=True, sft_half=True
+    )
     m = IDEudemon(cfg, {"restorer": restorer, "headnerf": net}).to("cpu")
     with torch.inference_mode():
         y = m.anonymize_faces(x, _keys("nerf", 1), scale=0.25)

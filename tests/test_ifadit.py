@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from fresh_process import anonymize_in_fresh_process
 
 from zoo.convert import ConversionError, get_converter
-from fresh_process import anonymize_in_fresh_process
 from zoo.keys import Secret
 from zoo.methods.ifadit import IFADIT, IdentityCompensation, LatentMapper, keygen_vectors
 from zoo.nn.flows import SecureIdentityFlow
@@ -247,7 +247,7 @@ def _freia_reference(state: dict, z: torch.Tensor, c: torch.Tensor, n_blocks: in
                 h = F.leaky_relu(h, 0.01)
         a = 0.1 * h
         s = clamp * torch.tanh(a[:, : x2.shape[1]])
-        x2 = x2 * torch.exp(s) + a[:, x2.shape[1]:]
+        x2 = x2 * torch.exp(s) + a[:, x2.shape[1] :]
         x = torch.cat([x1, x2], 1)
         scale = 0.1 * F.softplus(p("global_scale"), beta=0.5)
         x = (x * scale + p("global_offset")) @ p("w_perm").T
@@ -295,8 +295,10 @@ def test_official_sif_checkpoint_converts_and_matches_freia():
 def test_official_mapper_and_icl_convert():
     g = torch.Generator().manual_seed(0)
     mapper_sd = {
-        "model.0.weight": torch.randn(512, 1024, generator=g) * 0.03, "model.0.bias": torch.randn(512, generator=g),
-        "model.2.weight": torch.randn(512, 512, generator=g) * 0.04, "model.2.bias": torch.randn(512, generator=g),
+        "model.0.weight": torch.randn(512, 1024, generator=g) * 0.03,
+        "model.0.bias": torch.randn(512, generator=g),
+        "model.2.weight": torch.randn(512, 512, generator=g) * 0.04,
+        "model.2.bias": torch.randn(512, generator=g),
     }
     mapper = get_converter("ifadit-mapper").fn(mapper_sd)
     assert isinstance(mapper, LatentMapper) and (mapper.id_dim, mapper.style_dim) == (512, 512)

@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
 from fresh_process import anonymize_in_fresh_process
+
 from zoo.keys import Secret
 from zoo.methods.personal import (
     PasswordKeyMaterial,

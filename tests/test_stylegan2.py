@@ -272,9 +272,7 @@ def test_injection_noise_mode_matches_dbaf_attr_noise_semantics():
     torch.testing.assert_close(img, ref)
     # a zero map is "no noise" at those layers
     zero = torch.zeros_like(feat)
-    torch.testing.assert_close(
-        g.synthesize(w_plus, injections={32: zero}, noise_mode="none"), g.synthesize(w_plus, noise_mode="none")
-    )
+    torch.testing.assert_close(g.synthesize(w_plus, injections={32: zero}, noise_mode="none"), g.synthesize(w_plus, noise_mode="none"))
     # with zero noise strength (a freshly built generator) the maps have no effect
     g0 = tiny_generator(noise_strength=0.0)
     torch.testing.assert_close(g0.synthesize(w_plus, injections={32: feat}), g0.synthesize(w_plus))

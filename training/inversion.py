@@ -23,7 +23,7 @@ import torch
 from torch import nn
 
 from zoo.methods.base import NeuralMethod
-from zoo.nn.dcgan import DCGANGenerator, InversionEncoder, LATENT_DIM
+from zoo.nn.dcgan import LATENT_DIM, DCGANGenerator, InversionEncoder
 from zoo.nn.sface import load_sface
 
 __all__ = ["DCGANInversion", "quantize_8bit"]

@@ -23,8 +23,12 @@ class _Block(nn.Module):
     def __init__(self, cin: int, cout: int):
         super().__init__()
         self.body = nn.Sequential(
-            nn.Conv2d(cin, cout, 3, 2, 1, bias=False), nn.BatchNorm2d(cout), nn.PReLU(cout),
-            nn.Conv2d(cout, cout, 3, 1, 1, bias=False), nn.BatchNorm2d(cout), nn.PReLU(cout),
+            nn.Conv2d(cin, cout, 3, 2, 1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.PReLU(cout),
+            nn.Conv2d(cout, cout, 3, 1, 1, bias=False),
+            nn.BatchNorm2d(cout),
+            nn.PReLU(cout),
         )
         self.skip = nn.Sequential(nn.Conv2d(cin, cout, 1, 2, bias=False), nn.BatchNorm2d(cout))
 

@@ -173,7 +173,9 @@ def train(data_dir: Path, out: Path, steps: int, max_minutes: float, resume: boo
         opt.step()
         step += 1
         if step % 200 == 0:
-            entry = {"step": step, "seconds": round(before + time.time() - t0, 1)} | {f"psnr_{s}": round(10 * math.log10(4 / (running[s] / 200)), 2) for s in HEAD_SIZES}
+            entry = {"step": step, "seconds": round(before + time.time() - t0, 1)} | {
+                f"psnr_{s}": round(10 * math.log10(4 / (running[s] / 200)), 2) for s in HEAD_SIZES
+            }
             log.append(entry)
             print(entry, flush=True)
             running = {s: 0.0 for s in HEAD_SIZES}
@@ -250,8 +252,12 @@ def heads_card(config: dict, evaluation: dict | None) -> str:
     rows = []
     for size, per in (evaluation or {}).get("heads", {}).items():
         for psi, r in per.items():
-            rows.append(f"| {size} | {psi.split('_')[1]} | {r['psnr_mean']:.2f} [{r['psnr_95ci'][0]:.2f}, {r['psnr_95ci'][1]:.2f}] | {r['psnr_min']:.2f} | {r['share_at_least_32db']:.2f} |")
-    table = "\n".join(["| head (px) | psi | PSNR dB, mean [95% CI] | worst seed | share >= 32 dB |", "|---|---|---|---|---|", *rows]) if rows else "Not evaluated."
+            rows.append(
+                f"| {size} | {psi.split('_')[1]} | {r['psnr_mean']:.2f} [{r['psnr_95ci'][0]:.2f}, {r['psnr_95ci'][1]:.2f}] | {r['psnr_min']:.2f} | {r['share_at_least_32db']:.2f} |"
+            )
+    table = (
+        "\n".join(["| head (px) | psi | PSNR dB, mean [95% CI] | worst seed | share >= 32 dB |", "|---|---|---|---|---|", *rows]) if rows else "Not evaluated."
+    )
     n = (evaluation or {}).get("n", "?")
     return f"""---
 license: other
@@ -275,23 +281,23 @@ the installed wheel and converted into the user's cache at first use, never redi
 ## Architecture
 Each head: a modulated depthwise-separable 3x3 conv (block channels -> half, LeakyReLU 0.2), then a modulated 1x1
 conv to 12 Haar wavelet channels and the inverse transform (the packaged `to_img` design). Both take the style of
-W+ slot {config['style_slot']} (`to_img`). Stored in fp16 ({config['steps']} training steps).
+W+ slot {config["style_slot"]} (`to_img`). Stored in fp16 ({config["steps"]} training steps).
 
 ## Training recipe
 `python -m training.mobilestylegan_heads data --n 1280 --out runs/msg_heads/crops` then
-`python -m training.mobilestylegan_heads train --data runs/msg_heads/crops --out runs/msg_heads --depth {config['depth']} --max-minutes 25`
+`python -m training.mobilestylegan_heads train --data runs/msg_heads/crops --out runs/msg_heads --depth {config["depth"]} --max-minutes 25`
 (both resumable: `data` keeps finished shards, `train --resume` continues). Data: 1280 styles (truncation
 psi ~ U(0.5, 1), half style-mixed at a random slot, a third pulled per slot toward another w by up to 0.3), each
 rendered once at 1024 px and kept as 4 random 36x36 feature crops per head with their target crops; targets are
 the 1024 px output area-downsampled by 4 (256 head) and 2 (512 head). Adam (lr 2e-3, cosine to 1e-4, batch 8 crops
 per head, 6000 steps), mean squared error with a 2-pixel feature border left out. Wall time on 2 CPU cores: data
-{DATA_MINUTES} min, training {config['train_seconds'] / 60:.1f} min. Measured and not adopted: the same recipe on 256
+{DATA_MINUTES} min, training {config["train_seconds"] / 60:.1f} min. Measured and not adopted: the same recipe on 256
 styles kept whole reached 32 dB on its own crops but 28.8 dB (256 px) on new seeds; two convs per head on the 1280
 styles gave 29.3 dB (256) and 32.2 dB (512) at psi 0.7, below one conv.
 
 ## Evaluation
 PSNR against the area-downsampled 1024 px output of the same style, {n} held-out seeds (z from numpy
-`default_rng(seed)`, seeds {(evaluation or {}).get('seeds', '?')}, never used in training); target >= 32 dB.
+`default_rng(seed)`, seeds {(evaluation or {}).get("seeds", "?")}, never used in training); target >= 32 dB.
 `python -m training.mobilestylegan_heads eval --out benchmarks/results/mobilestylegan_heads.json`
 
 {table}

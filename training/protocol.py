@@ -16,8 +16,7 @@ from typing import Any, ClassVar, Mapping, Protocol, runtime_checkable
 import torch
 from torch import nn
 
-__all__ = ["TrainableMethod", "AfterOptimizerStep", "ProtocolError", "check_trainable", "check_groups", "check_losses",
-           "REQUIRED_METHODS", "OPTIONAL_HOOKS"]
+__all__ = ["TrainableMethod", "AfterOptimizerStep", "ProtocolError", "check_trainable", "check_groups", "check_losses", "REQUIRED_METHODS", "OPTIONAL_HOOKS"]
 
 
 @runtime_checkable
@@ -37,8 +36,7 @@ class TrainableMethod(Protocol):
     def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
         """Optimizer groups for ``stage`` in update order; every other parameter is frozen for the stage."""
 
-    def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int
-                       ) -> tuple[torch.Tensor, dict[str, float]]:
+    def compute_losses(self, stage: int, group: str, batch: dict[str, torch.Tensor], step: int) -> tuple[torch.Tensor, dict[str, float]]:
         """The total loss that updates ``group`` and the terms to log."""
 
     def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -88,8 +86,9 @@ def check_trainable(cls: Any, stage: int | None = None) -> type:
     if not (isinstance(stages, tuple) and stages and all(isinstance(s, int) for s in stages)):
         missing.insert(0, "stages (a tuple of ints)")
     if missing:
-        raise ProtocolError(f"{label} ({cls.__module__}.{cls.__qualname__}) cannot be trained: it lacks "
-                            f"{', '.join(missing)} of the training protocol (training/PROTOCOL.md)")
+        raise ProtocolError(
+            f"{label} ({cls.__module__}.{cls.__qualname__}) cannot be trained: it lacks {', '.join(missing)} of the training protocol (training/PROTOCOL.md)"
+        )
     if stage is not None and int(stage) not in cls.stages:
         raise ValueError(f"{label} trains in stages {tuple(cls.stages)}, not {stage}")
     return cls
@@ -98,8 +97,7 @@ def check_trainable(cls: Any, stage: int | None = None) -> type:
 def check_groups(label: str, stage: int, groups: Any) -> dict[str, list[nn.Parameter]]:
     """The result of ``trainable_parameters(stage)``: a non-empty ``{group name: [parameters]}``."""
     if not isinstance(groups, Mapping) or not groups:
-        raise ProtocolError(f"{label}.trainable_parameters({stage}) returned no groups ({type(groups).__name__}); "
-                            "expected {group name: [parameters]}")
+        raise ProtocolError(f"{label}.trainable_parameters({stage}) returned no groups ({type(groups).__name__}); expected {{group name: [parameters]}}")
     for g, params in groups.items():
         params = list(params) if not isinstance(params, list) else params
         if not isinstance(g, str) or not params or not all(isinstance(p, torch.Tensor) for p in params):
@@ -111,6 +109,5 @@ def check_losses(label: str, group: str, out: Any) -> tuple[torch.Tensor, Mappin
     """The result of ``compute_losses``: ``(scalar loss tensor, {term: float})``."""
     ok = isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], torch.Tensor) and out[0].numel() == 1
     if not ok or not isinstance(out[1], Mapping):
-        raise ProtocolError(f"{label}.compute_losses(..., group={group!r}) must return (scalar loss tensor, "
-                            f"{{term: float}}), got {type(out).__name__}")
+        raise ProtocolError(f"{label}.compute_losses(..., group={group!r}) must return (scalar loss tensor, {{term: float}}), got {type(out).__name__}")
     return out

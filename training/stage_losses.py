@@ -52,8 +52,6 @@ def stage_losses(
     return totals
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="python -m training.stage_losses", description=__doc__.split("\n\n")[0])
     ap.add_argument("--method", required=True, help="zoo name (dbaf, hford, ...) or module:Class")

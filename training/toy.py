@@ -47,8 +47,13 @@ class ToyDiscriminator(HubModule):
     def __init__(self, channels: int = 8):
         super().__init__()
         self.net = nn.Sequential(
-            nn.Conv2d(3, channels, 4, 2, 1), nn.LeakyReLU(0.2), nn.Conv2d(channels, channels, 4, 2, 1), nn.LeakyReLU(0.2),
-            nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 1),
+            nn.Conv2d(3, channels, 4, 2, 1),
+            nn.LeakyReLU(0.2),
+            nn.Conv2d(channels, channels, 4, 2, 1),
+            nn.LeakyReLU(0.2),
+            nn.AdaptiveAvgPool2d(1),
+            nn.Flatten(),
+            nn.Linear(channels, 1),
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

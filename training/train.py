@@ -27,10 +27,8 @@ import hashlib
 import importlib
 import importlib.util
 import json
-import math
 import os
 import shutil
-import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -164,9 +162,7 @@ def _save_grid(rows: Mapping[str, torch.Tensor], path: Path, max_cols: int = 8) 
     canvas = np.full((len(names) * r, label_w + cols * r, 3), 255, np.uint8)
     for i, a in enumerate(imgs):
         for j, im in enumerate(a):
-            canvas[i * r : (i + 1) * r, label_w + j * r : label_w + (j + 1) * r] = np.asarray(
-                Image.fromarray(im).resize((r, r)) if im.shape[0] != r else im
-            )
+            canvas[i * r : (i + 1) * r, label_w + j * r : label_w + (j + 1) * r] = np.asarray(Image.fromarray(im).resize((r, r)) if im.shape[0] != r else im)
     pil = Image.fromarray(canvas)
     draw = ImageDraw.Draw(pil)
     for i, n in enumerate(names):
@@ -274,11 +270,16 @@ def _resolve_run(method, config, stage, output_dir, *, max_steps, grad_accum, se
         print("[train] tensorboard is not installed: logging to the progress bar and train_state.json only")
         log_with = None
     return _Run(
-        cls=cls, cfg=cfg, stage=stage, seed=seed,
+        cls=cls,
+        cfg=cfg,
+        stage=stage,
+        seed=seed,
         total_steps=int(max_steps if max_steps is not None else scfg.get("steps", 1000)),
-        batch_size=int(scfg.get("batch_size", 4)), grad_accum=int(grad_accum),
+        batch_size=int(scfg.get("batch_size", 4)),
+        grad_accum=int(grad_accum),
         out=Path(output_dir or Path("outputs") / cls.name / f"stage{stage}"),
-        mixed_precision=mixed_precision, log_with=log_with,
+        mixed_precision=mixed_precision,
+        log_with=log_with,
     )
 
 
@@ -498,8 +499,9 @@ def train(
     from tqdm.auto import tqdm
 
     t_start = time.monotonic()
-    run = _resolve_run(method, config, stage, output_dir, max_steps=max_steps, grad_accum=grad_accum, seed=seed,
-                       mixed_precision=mixed_precision, log_with=log_with)
+    run = _resolve_run(
+        method, config, stage, output_dir, max_steps=max_steps, grad_accum=grad_accum, seed=seed, mixed_precision=mixed_precision, log_with=log_with
+    )
     if push_to_hub:
         check_push_to_hub(push_to_hub)
     _start_accelerator(run, cpu)
@@ -513,8 +515,13 @@ def train(
     save_every = int(run.cfg.get("save_every", 0) or 0)
 
     logs: dict[str, float] = {}
-    bar = tqdm(total=run.total_steps, initial=start_step, disable=not (progress and run.accelerator.is_local_main_process),
-               desc=f"{run.cls.name} stage {run.stage}", dynamic_ncols=True)
+    bar = tqdm(
+        total=run.total_steps,
+        initial=start_step,
+        disable=not (progress and run.accelerator.is_local_main_process),
+        desc=f"{run.cls.name} stage {run.stage}",
+        dynamic_ncols=True,
+    )
     stopped_early = False
     step = start_step
     while step < run.total_steps:

@@ -83,8 +83,18 @@ def augment(images: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return out
 
 
-def train(data: Path, out: Path, max_minutes: float, resume: bool, batch: int = 32, lr: float = 1e-3, seed: int = 0,
-          phase: str = "latent", image_weight: float = 1.0, identity_weight: float = 0.5) -> dict:
+def train(
+    data: Path,
+    out: Path,
+    max_minutes: float,
+    resume: bool,
+    batch: int = 32,
+    lr: float = 1e-3,
+    seed: int = 0,
+    phase: str = "latent",
+    image_weight: float = 1.0,
+    identity_weight: float = 0.5,
+) -> dict:
     """Adam on the encoder, in one of two phases:
 
     * ``latent``: ``||E(aug(x)) - w+||^2`` (mean over slots and channels);
@@ -176,9 +186,15 @@ def export(run: Path, dest: Path | None = None, recipe: str = "") -> Path:
     dest.mkdir(parents=True, exist_ok=True)
     save_file({k: (v.half() if v.is_floating_point() else v).contiguous() for k, v in model.items()}, str(dest / "model.safetensors"))
     log = json.loads((run / "train_log.json").read_text())
-    config = {"architecture": "WPlusEncoder", "input_size": 128, "generator": "MobileStyleGAN (random-face wheel, converted)",
-              "trained_steps": log["steps"], "trained_seconds": round(log["seconds"]), "recipe": recipe,
-              "last_logged": log["history"][-1] if log["history"] else None}
+    config = {
+        "architecture": "WPlusEncoder",
+        "input_size": 128,
+        "generator": "MobileStyleGAN (random-face wheel, converted)",
+        "trained_steps": log["steps"],
+        "trained_seconds": round(log["seconds"]),
+        "recipe": recipe,
+        "last_logged": log["history"][-1] if log["history"] else None,
+    }
     (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     return dest
 

@@ -1,9 +1,9 @@
 """Face de-identification zoo: five published methods and classical baselines behind one API.
 
-    from zoo import load
-    m = load("blur")
-    result = m.anonymize("photo.jpg", key="my secret")
-    result.image.save("out.png"); print(result.report())
+from zoo import load
+m = load("blur")
+result = m.anonymize("photo.jpg", key="my secret")
+result.image.save("out.png"); print(result.report())
 """
 
 from .keys import KeyMaterial, Secret, new_secret

@@ -289,8 +289,11 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
     bar.close()
     total = len(inputs) * len(methods)
     # each failure was printed once, as it happened: the summary only counts them
-    print(f"{operation}: {done} of {total} file(s) written to {out_dir}; {len(failures)} failure(s)"
-          + (" (shown above; the other files were written)" if failures else ""), file=sys.stderr)
+    print(
+        f"{operation}: {done} of {total} file(s) written to {out_dir}; {len(failures)} failure(s)"
+        + (" (shown above; the other files were written)" if failures else ""),
+        file=sys.stderr,
+    )
     return 1 if failures else 0
 
 
@@ -357,9 +360,19 @@ def cmd_anonymize_dataset(args: argparse.Namespace) -> int:
         load_kwargs["device"] = args.device
     try:
         summary = anonymize_dataset(
-            methods[0], args.source, args.out, key=key, split=args.split, image_column=args.image_column,
-            num_proc=args.num_proc, batch_size=args.batch_size, shard_size=args.shard_size,
-            push_to_hub=args.push_to_hub, load_kwargs=load_kwargs, progress=not args.quiet, **controls,
+            methods[0],
+            args.source,
+            args.out,
+            key=key,
+            split=args.split,
+            image_column=args.image_column,
+            num_proc=args.num_proc,
+            batch_size=args.batch_size,
+            shard_size=args.shard_size,
+            push_to_hub=args.push_to_hub,
+            load_kwargs=load_kwargs,
+            progress=not args.quiet,
+            **controls,
         )
     except (DatasetError, KeyError) as err:
         raise CLIError(str(err).strip("'\"")) from None
@@ -382,10 +395,7 @@ def cmd_list(args: argparse.Namespace) -> int:
         except Exception as err:  # noqa: BLE001 - a broken method must not hide the others
             rows.append((name, "?", "?", f"error: {err}", ""))
             continue
-        ctrls = ", ".join(
-            f"{c}={v['default']}" + (f" [{v['minimum']}..{v['maximum']}]" if v["minimum"] is not None else "")
-            for c, v in i["controls"].items()
-        )
+        ctrls = ", ".join(f"{c}={v['default']}" + (f" [{v['minimum']}..{v['maximum']}]" if v["minimum"] is not None else "") for c, v in i["controls"].items())
         if not i["weights_available"]:
             weights = "missing"
         elif i.get("weights_kind") == "none":
@@ -408,7 +418,12 @@ def cmd_list(args: argparse.Namespace) -> int:
         if isinstance(ev, dict):
             for data, block in ev.items():
                 if isinstance(block, dict):
-                    print(f"  {data}: " + ", ".join(f"{k} {v['value']:.3g}" + (f" (n={v['n']})" if "n" in v else "") for k, v in block.items() if isinstance(v, dict) and "value" in v))
+                    print(
+                        f"  {data}: "
+                        + ", ".join(
+                            f"{k} {v['value']:.3g}" + (f" (n={v['n']})" if "n" in v else "") for k, v in block.items() if isinstance(v, dict) and "value" in v
+                        )
+                    )
         elif ev:
             print(f"  {ev}")
     return 0
@@ -493,8 +508,9 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             print(f"error: {path}: {err}", file=sys.stderr)
             failed += 1
             continue
-        image, faces = reconstruct_photo(rgb, args.steps, detector=args.detector, identity_weight=args.identity_weight,
-                                         use_encoder=not args.no_encoder, generator=generator)
+        image, faces = reconstruct_photo(
+            rgb, args.steps, detector=args.detector, identity_weight=args.identity_weight, use_encoder=not args.no_encoder, generator=generator
+        )
         target = out_dir / f"{stem}__reconstructed.png"
         target.parent.mkdir(parents=True, exist_ok=True)
         save_image_atomic(image, target)
@@ -516,19 +532,34 @@ def build_parser() -> argparse.ArgumentParser:
         s.add_argument("--key-file", help="file holding the secret (text loses surrounding whitespace, as a typed key; other bytes are used as they are)")
         s.add_argument("--out", "-o", default="zoo_out", help="output folder (default: zoo_out)")
         s.add_argument("--aligned", action="store_true", help="inputs are already aligned square face crops")
-        s.add_argument("--detector", help="face detector: auto, yunet, retinaface, centerface, insightface, or several joined by + (e.g. yunet+retinaface) (default: $ZOO_DETECTOR or auto)")
-        s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1); lower finds more faces (default: the detector's own, YuNet 0.6)")
+        s.add_argument(
+            "--detector",
+            help="face detector: auto, yunet, retinaface, centerface, insightface, or several joined by + (e.g. yunet+retinaface) (default: $ZOO_DETECTOR or auto)",
+        )
+        s.add_argument(
+            "--min-face-score", type=float, help="face detector threshold in (0, 1); lower finds more faces (default: the detector's own, YuNet 0.6)"
+        )
         s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control, e.g. strength=0.8 (repeatable)")
         if op == "anonymize":
-            s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred")
+            s.add_argument(
+                "--privacy-guard",
+                metavar="on|off|DISTANCE",
+                help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred",
+            )
         s.add_argument("--device", help="torch device (default: cuda when available)")
         s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")
         s.add_argument("--revision", help="Hub revision of the method's weights")
         s.add_argument("--max-megapixels", type=float, help="largest accepted image (default 40)")
-        s.add_argument("--lossless", action="store_true", help="videos: write FFV1 in .mkv (keeps the demo methods' latent carrier, so recovery is exact; large files)")
+        s.add_argument(
+            "--lossless", action="store_true", help="videos: write FFV1 in .mkv (keeps the demo methods' latent carrier, so recovery is exact; large files)"
+        )
         s.add_argument("--max-gap", type=int, default=5, help="videos: frames a tracked face may go undetected and still be processed (default 5)")
         s.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
-    s = sub.add_parser("anonymize-dataset", help="anonymize an image folder or a datasets dataset", description="Anonymize every image of an image folder, a saved datasets dataset or a Hub dataset; writes a datasets dataset (save_to_disk) with the anonymized images and a deid_report column. Resumable.")
+    s = sub.add_parser(
+        "anonymize-dataset",
+        help="anonymize an image folder or a datasets dataset",
+        description="Anonymize every image of an image folder, a saved datasets dataset or a Hub dataset; writes a datasets dataset (save_to_disk) with the anonymized images and a deid_report column. Resumable.",
+    )
     s.add_argument("source", help="image folder, save_to_disk folder, or Hub dataset id")
     s.add_argument("--method", "-m", action="append", help="method name (one)")
     s.add_argument("--out", "-o", required=True, help="output folder (datasets.load_from_disk reads it)")
@@ -541,7 +572,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--shard-size", type=int, default=256, help="rows per resumable shard (default 256)")
     s.add_argument("--push-to-hub", metavar="REPO_ID", help="also push the result to this Hub dataset repo (private)")
     s.add_argument("--min-face-score", type=float, help="face detector threshold in (0, 1)")
-    s.add_argument("--privacy-guard", metavar="on|off|DISTANCE", help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred")
+    s.add_argument(
+        "--privacy-guard",
+        metavar="on|off|DISTANCE",
+        help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred",
+    )
     s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control (repeatable)")
     s.add_argument("--device", help="torch device (default: the process's accelerate device)")
     s.add_argument("--local-dir", help="load the method's weights from this folder")
@@ -551,7 +586,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--json", action="store_true")
     s = sub.add_parser("info", help="print one method's capabilities as JSON (or the generator's: info generator)")
     s.add_argument("name")
-    s = sub.add_parser("generate", help="draw faces with the FFHQ-grade generator (MobileStyleGAN)", description="Draw faces with the FFHQ-grade generator; writes OUT/000.png, 001.png, ...")
+    s = sub.add_parser(
+        "generate",
+        help="draw faces with the FFHQ-grade generator (MobileStyleGAN)",
+        description="Draw faces with the FFHQ-grade generator; writes OUT/000.png, 001.png, ...",
+    )
     s.add_argument("--z", help="a .npy file holding float z's [N,512] (standard normal)")
     s.add_argument("--seed", type=int, help="face i uses z from numpy's default_rng(seed + i) (default 0)")
     s.add_argument("-n", type=int, default=1, help="how many faces with --seed (default 1)")
@@ -559,7 +598,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--size", type=int, default=1024, help="output side: 256, 512 or 1024 (default 1024)")
     s.add_argument("--out", "-o", required=True, help="output folder")
     s.add_argument("--device", help="torch device (default cpu)")
-    s = sub.add_parser("reconstruct", help="redraw every face with the FFHQ-grade generator (how well the backbone knows it)", description="Invert every face into the generator's W+ (the W+ encoder's estimate, then Adam refinement at 256 px), draw it at the face's size and paste it back; writes OUT/<name>__reconstructed.png and .json.")
+    s = sub.add_parser(
+        "reconstruct",
+        help="redraw every face with the FFHQ-grade generator (how well the backbone knows it)",
+        description="Invert every face into the generator's W+ (the W+ encoder's estimate, then Adam refinement at 256 px), draw it at the face's size and paste it back; writes OUT/<name>__reconstructed.png and .json.",
+    )
     s.add_argument("inputs", nargs="+", help="image files, folders (recursive), glob patterns, or example:NAME")
     s.add_argument("--steps", type=int, default=100, help="refinement steps (default 100)")
     s.add_argument("--identity-weight", type=float, default=0.0, help="weight of the SFace identity term (default 0)")

@@ -230,7 +230,9 @@ def anonymize_dataset(
 
     n_shards = max(1, -(-len(ds) // shard_size))
     mine = [i for i in range(n_shards) if i % state.num_processes == state.process_index]
-    fn = _Anonymizer(method_name, {**load_kwargs, "device": device or str(state.device)}, key, controls, column, method=method if not num_proc or num_proc <= 1 else None)
+    fn = _Anonymizer(
+        method_name, {**load_kwargs, "device": device or str(state.device)}, key, controls, column, method=method if not num_proc or num_proc <= 1 else None
+    )
     if num_proc and num_proc > 1:
         fn.load_kwargs["device"] = "cpu"  # worker processes of one machine: CPU (GPUs: accelerate launch)
     new = resumed = 0

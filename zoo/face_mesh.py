@@ -3,7 +3,8 @@ run with ``ai-edge-litert``; Apache-2.0).
 
 :func:`face_mesh` places the mesh's 192 px input from a face's 5 landmarks (the FFHQ crop zoomed by
 :data:`MESH_ZOOM`) and returns the points in photo pixels. The mesh serves compositing
-(:mod:`zoo.compositing`: the region a method replaced). It is independent of dlib, the evaluation judge.
+(:mod:`zoo.compositing`: the region a method replaced) and the head pose the W+ identity basis is built with
+(:func:`mesh_head_pose`). It is independent of dlib, the evaluation judge.
 """
 
 from __future__ import annotations
@@ -21,6 +22,9 @@ MESH_ZOOM = 1.35
 MIN_MESH_EYE_DISTANCE = 12.0
 #: the mesh's own face score (sigmoid) below which its points are not used
 MESH_MIN_SCORE = 0.5
+#: mesh indices of the six head-pose points of :func:`zoo.face3d.landmarks.pose_from_six_points`: nose tip, chin,
+#: image-left and image-right outer eye corners, image-left and image-right mouth corners
+POSE_POINTS = (1, 152, 33, 263, 61, 291)
 
 
 @lru_cache(maxsize=1)
@@ -64,7 +68,9 @@ def face_mesh(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray | None:
     if interpreter is None or np.hypot(*(lm[1] - lm[0])) < MIN_MESH_EYE_DISTANCE:
         return None
     m = mesh_roi_matrix(lm)
-    roi = cv2.warpAffine(np.asarray(rgb, dtype=np.uint8), m, (MESH_SIZE, MESH_SIZE), flags=cv2.INTER_AREA if _shrinks(m) else cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    roi = cv2.warpAffine(
+        np.asarray(rgb, dtype=np.uint8), m, (MESH_SIZE, MESH_SIZE), flags=cv2.INTER_AREA if _shrinks(m) else cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+    )
     inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()
     interpreter.set_tensor(inp["index"], (roi.astype(np.float32) / 255.0)[None])
     interpreter.invoke()
@@ -78,3 +84,14 @@ def face_mesh(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray | None:
 
 def _shrinks(m: np.ndarray) -> bool:
     return float(np.sqrt(abs(np.linalg.det(np.asarray(m)[:, :2])))) < 0.5
+
+
+def mesh_head_pose(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray:
+    """(yaw, pitch, roll) in degrees of the face with these 5 landmarks, from its mesh's six pose points
+    (:func:`zoo.face3d.landmarks.pose_from_six_points`); nan when the mesh finds no face."""
+    from .face3d.landmarks import pose_from_six_points
+
+    pts = face_mesh(rgb, landmarks5)
+    if pts is None:
+        return np.full(3, np.nan)
+    return pose_from_six_points(pts[list(POSE_POINTS)], np.asarray(rgb).shape[:2])

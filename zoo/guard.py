@@ -90,8 +90,14 @@ class GuardCheck:
         return (not self.recognized(guard), self.margin(guard))
 
     def as_dict(self) -> dict:
-        out = {"judges": ["sface", "faceres"], "distance": round(float(self.distance), 4), "faceres_distance": round(float(self.faceres_distance), 4),
-               "variant": int(self.variant), "tried": int(self.tried), "blurred": bool(self.blurred)}
+        out = {
+            "judges": ["sface", "faceres"],
+            "distance": round(float(self.distance), 4),
+            "faceres_distance": round(float(self.faceres_distance), 4),
+            "variant": int(self.variant),
+            "tried": int(self.tried),
+            "blurred": bool(self.blurred),
+        }
         if self.wrong_key_distance is not None:
             out["wrong_key_distance"] = round(float(self.wrong_key_distance), 4)
         if self.wrong_key_faceres_distance is not None:

@@ -121,12 +121,9 @@ def resolve_checkpoint(
             allow_patterns=allow_patterns or ["*.json", "*.safetensors", "*.md"],
             local_files_only=hub_offline(),
         )
-    except Exception as err:  # huggingface_hub raises several types; all mean "not available"
+    except Exception as err:  # noqa: BLE001 - huggingface_hub raises several types; all mean "not available"
         mode = "offline (HF_HUB_OFFLINE=1) and not in the local cache" if hub_offline() else "could not be downloaded"
-        raise WeightsNotFoundError(
-            f"weights for Hub repo {repo_id!r} (revision {revision or 'main'}) are {mode}: "
-            f"{type(err).__name__}. {how}"
-        ) from None
+        raise WeightsNotFoundError(f"weights for Hub repo {repo_id!r} (revision {revision or 'main'}) are {mode}: {type(err).__name__}. {how}") from None
     return Path(local)
 
 

@@ -204,9 +204,7 @@ def _decode_bytes(data: bytes, name: str, max_pixels: int | None, min_side: int 
     return _orient(rgb, alpha, orientation)
 
 
-def load_image(
-    src: Any, *, max_pixels: int | None = None, min_side: int | None = None
-) -> tuple[np.ndarray, np.ndarray | None]:
+def load_image(src: Any, *, max_pixels: int | None = None, min_side: int | None = None) -> tuple[np.ndarray, np.ndarray | None]:
     """Load any supported image input as ``(rgb uint8 [H,W,3], alpha uint8 [H,W] | None)``.
 
     ``src``: a file path (str / PathLike), encoded file bytes, a PIL image, a numpy array (uint8,

@@ -41,7 +41,18 @@ import numpy as np
 
 from .pipeline import DetectedFace, _package_dir, ffhq_template, insightface_model_path
 
-__all__ = ["Judge", "SFaceJudge", "DlibJudge", "ArcFaceJudge", "FaceResJudge", "FACERES_THRESHOLD", "get_judge", "available_judges", "embed_at_original_places", "measure"]
+__all__ = [
+    "Judge",
+    "SFaceJudge",
+    "DlibJudge",
+    "ArcFaceJudge",
+    "FaceResJudge",
+    "FACERES_THRESHOLD",
+    "get_judge",
+    "available_judges",
+    "embed_at_original_places",
+    "measure",
+]
 
 # insightface's ArcFace 112 px template (arcface_dst), landmark order as in zoo.pipeline
 ARCFACE_TEMPLATE_112 = np.array(
@@ -219,9 +230,7 @@ class ArcFaceJudge(Judge):
         super().__init__()
         path = insightface_model_path("buffalo_l", "w600k_r50.onnx")
         if path is None:
-            raise FileNotFoundError(
-                "the arcface judge needs ~/.insightface/models/buffalo_l/w600k_r50.onnx on disk (never downloaded here)"
-            )
+            raise FileNotFoundError("the arcface judge needs ~/.insightface/models/buffalo_l/w600k_r50.onnx on disk (never downloaded here)")
         import onnxruntime as ort
 
         self._sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
@@ -425,8 +434,7 @@ def _main(argv: Sequence[str] | None = None) -> int:
     except Exception as err:  # noqa: BLE001 - anything else: one line, not a traceback
         _error(f"{type(err).__name__}: {err} (please report this with the command you ran)")
         return 1
-    print(json.dumps({"image": args.image, "faces": len(faces), "judge": judge.name,
-                      "threshold": judge.distance_threshold, "methods": rows}, indent=1))
+    print(json.dumps({"image": args.image, "faces": len(faces), "judge": judge.name, "threshold": judge.distance_threshold, "methods": rows}, indent=1))
     return 1 if failed else 0
 
 

@@ -204,8 +204,7 @@ def lpips_loss(x: torch.Tensor, y: torch.Tensor, lpips_net: Callable[[torch.Tens
     """
     if lpips_net is None:
         raise LPIPSUnavailableError(
-            "LPIPS is not available (no trunk/linear weights offline): set the lpips lambda to 0 in the "
-            "config or give an LPIPS checkpoint"
+            "LPIPS is not available (no trunk/linear weights offline): set the lpips lambda to 0 in the config or give an LPIPS checkpoint"
         )
     return lpips_net(x, y).float().mean()
 

@@ -33,6 +33,7 @@ import importlib.util
 import logging
 import os
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -192,8 +193,7 @@ def _scrfd(rgb: np.ndarray, min_score: float, input_size: int = 640) -> list[Det
     path = insightface_model_path()
     if path is None:
         raise NoDetectorError(
-            "the insightface detector needs ~/.insightface/models/buffalo_l/det_10g.onnx on disk "
-            "(it is never downloaded here); use detector='yunet'"
+            "the insightface detector needs ~/.insightface/models/buffalo_l/det_10g.onnx on disk (it is never downloaded here); use detector='yunet'"
         )
     import onnxruntime as ort
 
@@ -626,7 +626,7 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     probe_scales = [scale if long_side * p < ORIENTATION_PROBE_MIN_SIDE else p for p in probe_scales]
     full = [p == scale for p in probe_scales]  # that turn's probe is its full-scale first pass
     probes = _probe_orientations(fn, rgb, min_score, probe_scales)  # in rgb's pixels
-    to_turned = lambda f, k: f if k == 0 else _from_rotated(f, (4 - k) % 4, *(((h, w) if k % 2 else (w, h))))  # noqa: E731
+    to_turned = lambda f, k: f if k == 0 else _from_rotated(f, (4 - k) % 4, *((h, w) if k % 2 else (w, h)))  # noqa: E731
     if not any(f.score >= EXTRA_ORIENTATION_SCORE for p in probes for f in p):
         passes = [search(rgb, probes[0] if full[0] else None)]
         for k in (1, 2, 3):
@@ -640,7 +640,9 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     # score, with a box and landmarks that do not fit it); one from a coarser probe, sure or not, is
     # searched again at full scale in its turn first (_refine), and a weak one counts only when that
     # search finds it sure.
-    extras = sorted(((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE or not full[k]), key=lambda kf: -kf[1].score)
+    extras = sorted(
+        ((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE or not full[k]), key=lambda kf: -kf[1].score
+    )
     for k, f in extras:
         over = [i for i, q in enumerate(kept) if _overlaps(f.box, q.box)]
         if len(over) > 1 or (over and kept[over[0]].score >= max(f.score, EXTRA_ORIENTATION_SCORE)):

@@ -16,7 +16,18 @@ from typing import Any
 
 import torch
 
-__all__ = ["MethodEntry", "WeightsChoice", "register_method", "load", "list_methods", "info", "get_method_class", "resolve_weights", "runtime_class", "bundled_checkpoint"]
+__all__ = [
+    "MethodEntry",
+    "WeightsChoice",
+    "register_method",
+    "load",
+    "list_methods",
+    "info",
+    "get_method_class",
+    "resolve_weights",
+    "runtime_class",
+    "bundled_checkpoint",
+]
 
 log = logging.getLogger("zoo")
 

@@ -40,7 +40,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 
@@ -286,7 +286,9 @@ class _Writer:
             pix_fmt = "yuv420p" if (width % 2 == 0 and height % 2 == 0) or codec != "libx264" else "yuv444p"
             if pix_fmt == "yuv420p" and (width % 2 or height % 2):
                 raise VideoError(f"{codec} needs an even frame size, got {width}x{height}")
-            options = {"libx264": {"crf": "18", "preset": "veryfast"}, "libvpx-vp9": {"crf": "30", "b": "0", "deadline": "realtime", "cpu-used": "8"}}.get(codec, {"q": "3"} if codec == "mpeg4" else {})
+            options = {"libx264": {"crf": "18", "preset": "veryfast"}, "libvpx-vp9": {"crf": "30", "b": "0", "deadline": "realtime", "cpu-used": "8"}}.get(
+                codec, {"q": "3"} if codec == "mpeg4" else {}
+            )
         self.codec = codec
         self.vs = self.c.add_stream(codec, rate=rate, options=options)
         self.vs.width, self.vs.height, self.vs.pix_fmt = width, height, pix_fmt
@@ -376,7 +378,9 @@ def _can_encode(av, name: str) -> bool:
         return False
 
 
-def write_video(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: float = 10.0, *, audio_tone_hz: float | None = None, lossless: bool = False) -> Path:
+def write_video(
+    path: str | os.PathLike, frames: Sequence[np.ndarray], fps: float = 10.0, *, audio_tone_hz: float | None = None, lossless: bool = False
+) -> Path:
     """Write RGB frames to a video file (a small helper for tests and benchmarks); ``audio_tone_hz``
     adds a mono AAC sine tone (Opus in .webm) as long as the clip."""
     av = _av()
@@ -388,7 +392,7 @@ def write_video(path: str | os.PathLike, frames: Sequence[np.ndarray], fps: floa
         _write_tone(av, tmp_audio, len(frames) / fps, audio_tone_hz)
     try:
         wr = _Writer(path, w, h, fps, None, str(tmp_audio) if tmp_audio else None, lossless)
-        for i, f in enumerate(frames):
+        for f in frames:
             wr.write(f, None)
         wr.close()
     finally:
@@ -494,7 +498,9 @@ def _progress(progress, desc: str, total: int | None):
     return (lambda k=1: None), (lambda: None)
 
 
-def anonymize_video(method, src_path, out_path, key=None, *, lossless: bool | None = None, max_gap: int = 5, batch_frames: int = 8, progress=True, **controls) -> VideoResult:
+def anonymize_video(
+    method, src_path, out_path, key=None, *, lossless: bool | None = None, max_gap: int = 5, batch_frames: int = 8, progress=True, **controls
+) -> VideoResult:
     """Anonymize every face of a video; write ``out_path`` (container from its suffix: .mp4, .mov,
     .m4v, .mkv, .webm, .avi). ``lossless=True`` (``.mkv`` only) writes FFV1 RGB, which keeps the latent
     carrier of the demo methods intact (exact recovery); else H.264/VP9/MPEG-4 (smaller, lossy).
@@ -521,7 +527,19 @@ def _video_defaults(method, controls: dict) -> dict:
     return dict(controls)
 
 
-def recover_video(method, src_path, out_path, key, *, lossless: bool | None = None, max_gap: int = 5, batch_frames: int = 8, progress=True, faces_from: dict | str | os.PathLike | None = None, **controls) -> VideoResult:
+def recover_video(
+    method,
+    src_path,
+    out_path,
+    key,
+    *,
+    lossless: bool | None = None,
+    max_gap: int = 5,
+    batch_frames: int = 8,
+    progress=True,
+    faces_from: dict | str | os.PathLike | None = None,
+    **controls,
+) -> VideoResult:
     """Recover the faces of a video anonymized by :func:`anonymize_video` with the same key.
 
     ``faces_from``: the anonymize report (dict or JSON path) whose per-frame faces and track ids are
@@ -546,7 +564,9 @@ def _faces_from_report(report: dict, n_frames: int) -> list[list[TrackedFace]]:
         raise VideoError(f"the report lists {len(rows)} frames, the video has {n_frames}")
     out = []
     for row in rows:
-        out.append([TrackedFace(DetectedFace(f["box"], f["landmarks"], f.get("score", 1.0), "report"), int(f["track"]), f.get("source", "detected")) for f in row])
+        out.append(
+            [TrackedFace(DetectedFace(f["box"], f["landmarks"], f.get("score", 1.0), "report"), int(f["track"]), f.get("source", "detected")) for f in row]
+        )
     return out
 
 
@@ -627,7 +647,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
                     faces[k], indices[k] = fs, idx
                     carried.append(car)
                     extra = len(fs) - len(row)
-                    rows[k] = list(row) + [TrackedFace(f, i, "carrier") for f, i in zip(fs[len(row):], idx[len(row):])] if extra > 0 else row
+                    rows[k] = list(row) + [TrackedFace(f, i, "carrier") for f, i in zip(fs[len(row) :], idx[len(row) :])] if extra > 0 else row
             # the privacy guard checks every face of every frame; no key variants (a track keeps one fake
             # identity), so a face SFace still matches is blurred in that frame
             results = method.process_frames(operation, frames, faces, indices, secret, controls, carried, guard=guard, guard_variants=0)
@@ -654,7 +674,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
             step(len(buf))
             buf.clear()
 
-        for rgb, pts, tb in read_frames(src):
+        for rgb, pts, _tb in read_frames(src):
             if t + len(buf) >= n:
                 break
             buf.append((rgb, pts))
@@ -700,4 +720,3 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
         detector="report" if faces_from is not None else resolve_detector("auto"),
         max_gap=max_gap,
     )
-

@@ -19,8 +19,14 @@ import numpy as np
 
 __all__ = ["TFJSGraph", "TFJSNode", "read_tfjs_graph"]
 
-_STORED_DTYPES = {"float32": np.dtype("<f4"), "int32": np.dtype("<i4"), "float16": np.dtype("<f2"),
-                  "uint8": np.dtype("u1"), "uint16": np.dtype("<u2"), "bool": np.dtype("u1")}
+_STORED_DTYPES = {
+    "float32": np.dtype("<f4"),
+    "int32": np.dtype("<i4"),
+    "float16": np.dtype("<f2"),
+    "uint8": np.dtype("u1"),
+    "uint16": np.dtype("<u2"),
+    "bool": np.dtype("u1"),
+}
 
 
 @dataclass

@@ -9,8 +9,10 @@ import sys
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] in ("-h", "--help"):
-        print("usage: python -m zoo.face3d build-shape-space [--n N] [--seed S] [--components K] [--photos] [--out FILE]\n"
-              "       python -m zoo.face3d build-texture-space [--n N] [--seed S] [--components K] [--size PX] [--out FILE]")
+        print(
+            "usage: python -m zoo.face3d build-shape-space [--n N] [--seed S] [--components K] [--photos] [--out FILE]\n"
+            "       python -m zoo.face3d build-texture-space [--n N] [--seed S] [--components K] [--size PX] [--out FILE]"
+        )
         return 0
     cmd, rest = argv[0], argv[1:]
     if cmd == "build-shape-space":

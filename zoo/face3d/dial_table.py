@@ -55,7 +55,7 @@ class _Judges:
 
     def describe(self, img: np.ndarray) -> dict:
         from ..pipeline import DetectedFace, detect_faces, ffhq_template
-        from .landmarks import detect_landmarks68, head_pose, pose_difference
+        from .landmarks import detect_landmarks68, head_pose
 
         faces = detect_faces(img, "yunet")
         h, w = img.shape[:2]
@@ -85,8 +85,16 @@ def _step_one_outputs(model: dict, x: torch.Tensor, keys, scale: float) -> np.nd
 
 
 @torch.no_grad()
-def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4),
-            resolution: int = 256, restorer: str | None = None, progress: bool = True, with_restorer: bool = False) -> dict:
+def measure(
+    n: int = 64,
+    seed: int = 1,
+    keys: int = 3,
+    scales: Sequence[float] = (0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0.4),
+    resolution: int = 256,
+    restorer: str | None = None,
+    progress: bool = True,
+    with_restorer: bool = False,
+) -> dict:
     """Run the benchmark; returns a JSON-serialisable dict of per-scale means and the scale-0 numbers.
     ``with_restorer``: run the checkpoint's restorer even where its config ships it switched off."""
     from zoo.synthetic import synthetic_faces_uint8
@@ -94,8 +102,8 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
     from ..imageio import from_tensor, to_tensor
     from ..keys import Secret
     from . import MeshHeadModel
-    from .warp import polygon_mask
     from .landmarks import FACE_OUTLINE, pose_difference
+    from .warp import polygon_mask
 
     t0 = time.time()
     faces = synthetic_faces_uint8(n, seed=seed, resolution=resolution)
@@ -147,7 +155,7 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
 
     rows = []
     for s in [0.0, *scales]:
-        ds, dd, ms, md, pe, ps = [], [], [], [], [], []
+        ds, dd, pe, ps = [], [], [], []
         for k in range(keys):
             ks = [Secret(f"dial-{k}").derive("ideudemon", i) for i in range(n)]
             if method is None:
@@ -162,27 +170,48 @@ def measure(n: int = 64, seed: int = 1, keys: int = 3, scales: Sequence[float] =
                 ps.append(_psnr(faces[i], img, outside[i]))
         ds, dd = np.array(ds), np.array(dd)
         finite = [p for p in ps if np.isfinite(p)]
-        rows.append({
-            "scale": float(s),
-            "sface_dist": float(ds.mean()), "sface_dist_std": float(ds.std()),
-            "sface_same_rate": float((ds < judges.sface.distance_threshold).mean()),
-            "dlib_dist": float(dd.mean()), "dlib_dist_std": float(dd.std()),
-            "dlib_same_rate": float((dd < judges.dlib.distance_threshold).mean()),
-            "pose_err_deg": float(np.nanmedian(pe)), "pose_err_deg_mean": float(np.nanmean(pe)),
-            "nonface_psnr": float(np.mean(finite)) if finite else float("inf"),
-            "nonface_identical_fraction": float(np.mean([not np.isfinite(p) for p in ps])),
-        })
+        rows.append(
+            {
+                "scale": float(s),
+                "sface_dist": float(ds.mean()),
+                "sface_dist_std": float(ds.std()),
+                "sface_same_rate": float((ds < judges.sface.distance_threshold).mean()),
+                "dlib_dist": float(dd.mean()),
+                "dlib_dist_std": float(dd.std()),
+                "dlib_same_rate": float((dd < judges.dlib.distance_threshold).mean()),
+                "pose_err_deg": float(np.nanmedian(pe)),
+                "pose_err_deg_mean": float(np.nanmean(pe)),
+                "nonface_psnr": float(np.mean(finite)) if finite else float("inf"),
+                "nonface_identical_fraction": float(np.mean([not np.isfinite(p) for p in ps])),
+            }
+        )
         if progress:
             r = rows[-1]
-            print(f"[dial] scale {s:.2f}: sface {r['sface_dist']:.3f} dlib {r['dlib_dist']:.3f} pose {r['pose_err_deg']:.2f} deg "
-                  f"non-face PSNR {r['nonface_psnr']:.1f} dB ({time.time() - t0:.0f} s)", flush=True)
+            print(
+                f"[dial] scale {s:.2f}: sface {r['sface_dist']:.3f} dlib {r['dlib_dist']:.3f} pose {r['pose_err_deg']:.2f} deg "
+                f"non-face PSNR {r['nonface_psnr']:.1f} dB ({time.time() - t0:.0f} s)",
+                flush=True,
+            )
     return {
-        "n": n, "seed": seed, "keys": keys, "resolution": resolution,
-        "mode": (f"step I + II (restorer on); step1 {json.dumps(method.config.get('step1', {}))}" if method.use_restorer else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}")
-        if method else "step I alone (mesh backend with texture identity, gain 1, no restorer)",
-        "restorer": restorer, "shape_space": dict(head.space.meta), "reconstruction": recon, "rows": rows,
-        "detected_inputs": int(sum(r["detected"] for r in ref)), "seconds": round(time.time() - t0, 1),
-        "sface_threshold_dist": judges.sface.distance_threshold, "dlib_threshold": judges.dlib.distance_threshold,
+        "n": n,
+        "seed": seed,
+        "keys": keys,
+        "resolution": resolution,
+        "mode": (
+            f"step I + II (restorer on); step1 {json.dumps(method.config.get('step1', {}))}"
+            if method.use_restorer
+            else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}"
+        )
+        if method
+        else "step I alone (mesh backend with texture identity, gain 1, no restorer)",
+        "restorer": restorer,
+        "shape_space": dict(head.space.meta),
+        "reconstruction": recon,
+        "rows": rows,
+        "detected_inputs": int(sum(r["detected"] for r in ref)),
+        "seconds": round(time.time() - t0, 1),
+        "sface_threshold_dist": judges.sface.distance_threshold,
+        "dlib_threshold": judges.dlib.distance_threshold,
     }
 
 

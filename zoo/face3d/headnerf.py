@@ -60,8 +60,7 @@ class HeadNeRFHeadModel(ParametricHeadModel):
     name = "headnerf"
     id_dim = CODE_DIMS["iden"]
 
-    def __init__(self, net: HeadNeRF, iterations: int = 300, lr: float = 0.01,
-                 head_mask: Callable[[torch.Tensor], torch.Tensor] | None = None):
+    def __init__(self, net: HeadNeRF, iterations: int = 300, lr: float = 0.01, head_mask: Callable[[torch.Tensor], torch.Tensor] | None = None):
         self.net = net.eval().requires_grad_(False)
         self.iterations = int(iterations)
         self.lr = float(lr)
@@ -85,7 +84,11 @@ class HeadNeRFHeadModel(ParametricHeadModel):
         n, size = x.shape[0], self.net.pred_img_size
         dev, dt = x.device, x.dtype
         target = F.interpolate((x + 1) / 2, size=(size, size), mode="bilinear", align_corners=False, antialias=True)
-        mask = torch.ones_like(target[:, :1]) if self.head_mask is None else F.interpolate(self.head_mask(x), size=(size, size), mode="bilinear", align_corners=False)
+        mask = (
+            torch.ones_like(target[:, :1])
+            if self.head_mask is None
+            else F.interpolate(self.head_mask(x), size=(size, size), mode="bilinear", align_corners=False)
+        )
         head = mask >= 0.5
         target = torch.where(head, target, torch.ones_like(target))
         dims = CODE_DIMS
@@ -96,10 +99,16 @@ class HeadNeRFHeadModel(ParametricHeadModel):
         off = {k: torch.zeros(n, d, device=dev, dtype=dt, requires_grad=True) for k, d in (("iden", 100), ("expr", 79), ("appea", 127))}
         d_eul = torch.zeros(n, 3, device=dev, dtype=dt, requires_grad=True)
         d_t = torch.zeros(n, 3, 1, device=dev, dtype=dt, requires_grad=True)
-        opt = torch.optim.Adam([
-            {"params": [off["iden"]], "lr": self.lr * 1.5}, {"params": [off["expr"]], "lr": self.lr * 1.5},
-            {"params": [off["appea"]], "lr": self.lr}, {"params": [d_eul], "lr": self.lr * 0.1}, {"params": [d_t], "lr": self.lr * 0.1},
-        ], betas=(0.9, 0.999))
+        opt = torch.optim.Adam(
+            [
+                {"params": [off["iden"]], "lr": self.lr * 1.5},
+                {"params": [off["expr"]], "lr": self.lr * 1.5},
+                {"params": [off["appea"]], "lr": self.lr},
+                {"params": [d_eul], "lr": self.lr * 0.1},
+                {"params": [d_t], "lr": self.lr * 0.1},
+            ],
+            betas=(0.9, 0.999),
+        )
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda it: 0.1 ** (it / max(self.iterations, 1)))
 
         def camera() -> HeadNeRFCamera:

@@ -35,6 +35,7 @@ __all__ = [
     "N_DERIVED",
     "FACE_OUTLINE",
     "detect_landmarks68",
+    "pose_from_six_points",
     "shape_predictor68",
     "predict_landmarks68",
     "derived_points",
@@ -213,8 +214,15 @@ def head_pose(lm68: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
     lm = np.asarray(lm68, dtype=np.float64)
     if lm.ndim == 3:
         return np.stack([head_pose(one, image_size) for one in lm]) if len(lm) else np.zeros((0, 3))
+    return pose_from_six_points(lm[list(_POSE_IDX)], image_size)
+
+
+def pose_from_six_points(pts: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
+    """(yaw, pitch, roll) in degrees (conventions of :func:`head_pose`) from ``[6, 2]`` pixel points in the
+    order nose tip, chin, image-left outer eye corner, image-right outer eye corner, image-left mouth corner,
+    image-right mouth corner (any landmark scheme that has them: dlib's 68, the 468-point face mesh)."""
+    pts = np.asarray(pts, dtype=np.float64).reshape(6, 2)
     h, w = image_size
-    pts = lm[list(_POSE_IDX)]
     cam = np.array([[w, 0, w / 2], [0, w, h / 2], [0, 0, 1]], dtype=np.float64)
     # start from an upright frontal head at the distance the eye corners imply: without a start the
     # iterative solver returns the mirrored, upside-down solution (roll ~ 180 deg) for about one face in
@@ -222,8 +230,7 @@ def head_pose(lm68: np.ndarray, image_size: tuple[int, int]) -> np.ndarray:
     eye_px = max(float(np.linalg.norm(pts[3] - pts[2])), 1e-3)
     depth = w * float(_POSE_MODEL[3, 0] - _POSE_MODEL[2, 0]) / eye_px
     tvec0 = np.array([[(pts[0, 0] - w / 2) * depth / w], [(pts[0, 1] - h / 2) * depth / w], [depth]])
-    ok, rvec, _ = cv2.solvePnP(_POSE_MODEL, pts, cam, np.zeros(4), rvec=np.zeros((3, 1)), tvec=tvec0,
-                               useExtrinsicGuess=True, flags=cv2.SOLVEPNP_ITERATIVE)
+    ok, rvec, _ = cv2.solvePnP(_POSE_MODEL, pts, cam, np.zeros(4), rvec=np.zeros((3, 1)), tvec=tvec0, useExtrinsicGuess=True, flags=cv2.SOLVEPNP_ITERATIVE)
     if not ok:
         return np.full(3, np.nan)
     r, _ = cv2.Rodrigues(rvec)

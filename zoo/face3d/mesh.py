@@ -74,8 +74,7 @@ class MeshHeadModel(ParametricHeadModel):
 
     name = "mesh"
 
-    def __init__(self, space: ShapeSpace | None = None, feather: float = 0.01, work_size: int = 256,
-                 texture: TextureSpace | str | None = "default"):
+    def __init__(self, space: ShapeSpace | None = None, feather: float = 0.01, work_size: int = 256, texture: TextureSpace | str | None = "default"):
         self.space = space if space is not None else load_shape_space()
         self.texture_space = load_texture_space() if isinstance(texture, str) and texture == "default" else texture
         if isinstance(self.texture_space, str):
@@ -163,8 +162,7 @@ class MeshHeadModel(ParametricHeadModel):
         image = torch.as_tensor(np.ascontiguousarray(out), dtype=tex.dtype, device=tex.device).permute(0, 3, 1, 2).contiguous()
         return image, mask
 
-    def register_features(self, images: torch.Tensor, id_code: torch.Tensor, app: MeshAppearance, cam: torch.Tensor,
-                          region: torch.Tensor) -> torch.Tensor:
+    def register_features(self, images: torch.Tensor, id_code: torch.Tensor, app: MeshAppearance, cam: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
         """Move the rendered features onto the coded geometry (not in the paper).
 
         A keyed texture puts the eye and mouth corners, the nose tip and the chin a few pixels away from

@@ -384,9 +384,18 @@ def fit_shape_space(shapes: np.ndarray, components: int = 100, meta: dict[str, A
     triangles = Delaunay(tri_vertices).simplices.astype(np.int64)
     triangles = triangles[np.lexsort(triangles.T[::-1])]  # a canonical order
     info = dict(meta or {})
-    info.update({"version": VERSION, "shapes_used": int(len(shapes)), "mirrored": True, "components": k,
-                 "nuisance": list(NUISANCE_NAMES), "id_scale": "3 sigma", "ring_points": RING_POINTS,
-                 "explained_id_variance": float((sv[:k] ** 2).sum() / (sv**2).sum())})
+    info.update(
+        {
+            "version": VERSION,
+            "shapes_used": int(len(shapes)),
+            "mirrored": True,
+            "components": k,
+            "nuisance": list(NUISANCE_NAMES),
+            "id_scale": "3 sigma",
+            "ring_points": RING_POINTS,
+            "explained_id_variance": float((sv[:k] ** 2).sum() / (sv**2).sum()),
+        }
+    )
     return ShapeSpace(mean, id_basis, 3.0 * sigma, exp_basis, triangles, _ring(mean), info)
 
 
@@ -396,8 +405,13 @@ def build_shape_space(n: int = 2000, seed: int = 0, components: int = 100, photo
     if photos:
         parts.append(collect_photo_landmarks())
     shapes = np.concatenate(parts, 0)
-    meta = {"source": "zoo.synthetic" + (" + packaged photos" if photos else ""), "n": int(n), "seed": int(seed),
-            "landmarks": "dlib shape_predictor_68_face_landmarks (YuNet box)", "shapes_found": int(len(shapes))}
+    meta = {
+        "source": "zoo.synthetic" + (" + packaged photos" if photos else ""),
+        "n": int(n),
+        "seed": int(seed),
+        "landmarks": "dlib shape_predictor_68_face_landmarks (YuNet box)",
+        "shapes_found": int(len(shapes)),
+    }
     return fit_shape_space(shapes, components, meta)
 
 
@@ -415,7 +429,9 @@ def main_build(argv: Sequence[str] | None = None) -> Path:
     space = build_shape_space(a.n, a.seed, a.components, a.photos, progress=not a.quiet)
     out = space.save(a.out)
     if not a.quiet:
-        print(f"[shape-space] {space.meta['shapes_used']} shapes (x2 mirrored), {space.id_dim} identity components "
-              f"({100 * space.meta['explained_id_variance']:.1f}% of the non-nuisance variance), {space.exp_dim} nuisance "
-              f"directions, {len(space.triangles)} triangles -> {out}")
+        print(
+            f"[shape-space] {space.meta['shapes_used']} shapes (x2 mirrored), {space.id_dim} identity components "
+            f"({100 * space.meta['explained_id_variance']:.1f}% of the non-nuisance variance), {space.exp_dim} nuisance "
+            f"directions, {len(space.triangles)} triangles -> {out}"
+        )
     return out

@@ -186,8 +186,7 @@ def frame_mask(space: ShapeSpace, size: int) -> np.ndarray:
     return cv2.erode(m.astype(np.uint8), np.ones((3, 3), np.uint8)).astype(bool)
 
 
-def fit_texture_space(textures: np.ndarray, shapes: np.ndarray, mask: np.ndarray, components: int = 100,
-                      meta: dict[str, Any] | None = None) -> TextureSpace:
+def fit_texture_space(textures: np.ndarray, shapes: np.ndarray, mask: np.ndarray, components: int = 100, meta: dict[str, Any] | None = None) -> TextureSpace:
     """Learn a :class:`TextureSpace` from float ``[N, S, S, 3]`` frame textures (in [-1, 1]) and their
     ``[N, 68, 2]`` landmark shapes (for the expression/pose measurements). Mirrors are added here."""
     textures = np.asarray(textures, np.float32)
@@ -198,8 +197,14 @@ def fit_texture_space(textures: np.ndarray, shapes: np.ndarray, mask: np.ndarray
 
     textures = np.concatenate([textures, textures[:, :, ::-1]], 0)
     shapes = np.concatenate([shapes, mirror_shapes(shapes)], 0)
-    probe = TextureSpace(size, mask, np.zeros(3 * int(mask.sum()), np.float32), np.zeros((3 * int(mask.sum()), 1), np.float32),
-                         np.ones(1, np.float32), np.zeros((3 * int(mask.sum()), 0), np.float32))
+    probe = TextureSpace(
+        size,
+        mask,
+        np.zeros(3 * int(mask.sum()), np.float32),
+        np.zeros((3 * int(mask.sum()), 1), np.float32),
+        np.ones(1, np.float32),
+        np.zeros((3 * int(mask.sum()), 0), np.float32),
+    )
     d = np.stack([probe.split_illumination(t)[0] for t in textures]).astype(np.float64)  # [2N, 3P]
     mean = d.mean(0)
     d = d - mean
@@ -217,15 +222,28 @@ def fit_texture_space(textures: np.ndarray, shapes: np.ndarray, mask: np.ndarray
     id_basis = id_basis * np.sign(id_basis[np.abs(id_basis).argmax(0), np.arange(k)])
     sigma = sv[:k] / np.sqrt(len(rest) - 1)
     info = dict(meta or {})
-    info.update({"version": VERSION, "textures_used": int(n), "mirrored": True, "components": k, "size": int(size),
-                 "pixels": int(mask.sum()), "nuisance": "shape_space.NUISANCE_NAMES regression", "illumination": "per-channel plane a + b u + c v",
-                 "id_scale": "3 sigma", "explained_id_variance": float((sv[:k] ** 2).sum() / (sv**2).sum())})
-    return TextureSpace(int(size), mask, mean.astype(np.float32), id_basis.astype(np.float32), (3.0 * sigma).astype(np.float32),
-                        exp_basis.astype(np.float32), info)
+    info.update(
+        {
+            "version": VERSION,
+            "textures_used": int(n),
+            "mirrored": True,
+            "components": k,
+            "size": int(size),
+            "pixels": int(mask.sum()),
+            "nuisance": "shape_space.NUISANCE_NAMES regression",
+            "illumination": "per-channel plane a + b u + c v",
+            "id_scale": "3 sigma",
+            "explained_id_variance": float((sv[:k] ** 2).sum() / (sv**2).sum()),
+        }
+    )
+    return TextureSpace(
+        int(size), mask, mean.astype(np.float32), id_basis.astype(np.float32), (3.0 * sigma).astype(np.float32), exp_basis.astype(np.float32), info
+    )
 
 
-def build_texture_space(n: int = 2000, seed: int = 0, components: int = 100, size: int = 64, shape_space: ShapeSpace | None = None,
-                        progress: bool = False) -> TextureSpace:
+def build_texture_space(
+    n: int = 2000, seed: int = 0, components: int = 100, size: int = 64, shape_space: ShapeSpace | None = None, progress: bool = False
+) -> TextureSpace:
     """The command's work: frame textures of ``n`` synthetic faces (seed ``seed``, 256 px) -> space."""
     from .shape_space import inlier_mask, iter_synthetic_landmarks
 
@@ -239,8 +257,14 @@ def build_texture_space(n: int = 2000, seed: int = 0, components: int = 100, siz
         shapes.append(lm)
     shapes_a, textures_a = np.stack(shapes), np.stack(textures)
     keep = inlier_mask(shapes_a)
-    meta = {"source": "zoo.synthetic", "n": int(n), "seed": int(seed), "landmarks": "dlib shape_predictor_68_face_landmarks (YuNet box)",
-            "textures_found": int(len(shapes_a)), "shape_space": dict(space.meta)}
+    meta = {
+        "source": "zoo.synthetic",
+        "n": int(n),
+        "seed": int(seed),
+        "landmarks": "dlib shape_predictor_68_face_landmarks (YuNet box)",
+        "textures_found": int(len(shapes_a)),
+        "shape_space": dict(space.meta),
+    }
     return fit_texture_space(textures_a[keep], shapes_a[keep], frame_mask(space, size), components, meta)
 
 
@@ -260,7 +284,9 @@ def main_build(argv: Sequence[str] | None = None) -> Path:
     space = build_texture_space(a.n, a.seed, a.components, a.size, shape, progress=not a.quiet)
     out = space.save(a.out)
     if not a.quiet:
-        print(f"[texture-space] {space.meta['textures_used']} textures (x2 mirrored), {space.id_dim} identity components "
-              f"({100 * space.meta['explained_id_variance']:.1f}% of the non-nuisance variance), {space.exp_dim} nuisance directions, "
-              f"{space.meta['pixels']} px of a {space.size} px frame -> {out}")
+        print(
+            f"[texture-space] {space.meta['textures_used']} textures (x2 mirrored), {space.id_dim} identity components "
+            f"({100 * space.meta['explained_id_variance']:.1f}% of the non-nuisance variance), {space.exp_dim} nuisance directions, "
+            f"{space.meta['pixels']} px of a {space.size} px frame -> {out}"
+        )
     return out

@@ -133,9 +133,7 @@ class LatentTransformerLayer(nn.Module):
         self.attn_norm = nn.LayerNorm(dim)
         self.attn = LatentMultiHeadAttention(dim, heads, dim_head, dropout)
         self.ff_norm = nn.LayerNorm(dim)
-        self.ff = nn.Sequential(
-            nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp_dim, dim), nn.Dropout(dropout)
-        )
+        self.ff = nn.Sequential(nn.Linear(dim, mlp_dim), nn.GELU(), nn.Dropout(dropout), nn.Linear(mlp_dim, dim), nn.Dropout(dropout))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.attn_norm(x))
@@ -191,9 +189,7 @@ class IdentityDisentangler(HubModule):
         self.attention = attention
         self.proj = nn.Linear(style_dim, style_dim)
         self.pos = nn.Parameter(torch.randn(n_latent, style_dim))
-        self.blocks = nn.ModuleList(
-            LatentTransformer(style_dim, depth, heads, dim_head, mlp_dim, dropout) for _ in range(1 if shared else 3)
-        )
+        self.blocks = nn.ModuleList(LatentTransformer(style_dim, depth, heads, dim_head, mlp_dim, dropout) for _ in range(1 if shared else 3))
 
     def forward(self, codes: torch.Tensor) -> torch.Tensor:
         """codes C [N, n_latent, d] -> attribute code A [N, n_latent, d]."""
@@ -301,9 +297,7 @@ class KeyedIdentityMLP(nn.Module):
         super().__init__()
         d = style_dim
         widths = [2 * d, 4 * d, 2 * d, d] + [d] * n_extra
-        layers: list[nn.Module] = [
-            EqualLinear(a, b, lr_mul=lr_mul, activation="fused_lrelu") for a, b in zip(widths[:-1], widths[1:])
-        ]
+        layers: list[nn.Module] = [EqualLinear(a, b, lr_mul=lr_mul, activation="fused_lrelu") for a, b in zip(widths[:-1], widths[1:])]
         out = nn.Linear(d, d)
         if zero_init_output:  # start from I_hat = 0 (C_hat = A) instead of a random code of arbitrary scale
             nn.init.zeros_(out.weight)
@@ -444,9 +438,7 @@ class _TrainingMixin:
                 pre.get(cls.retention_name),
                 dict(in_channels=feat_ch, out_channels=[generator.channels[r] for r in fres], resolutions=list(fres), **model.get("retention", {})),
             ),
-            cls.editor_name: _load_or_build(
-                KeyedIdentityEditor, pre.get(cls.editor_name), dict(n_latent=n, style_dim=d, **model.get("editor", {}))
-            ),
+            cls.editor_name: _load_or_build(KeyedIdentityEditor, pre.get(cls.editor_name), dict(n_latent=n, style_dim=d, **model.get("editor", {}))),
         }
         if model.get("discriminator") is not None or pre.get("discriminator"):
             disc_kw = dict(model.get("discriminator") or {})

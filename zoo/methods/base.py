@@ -415,8 +415,16 @@ class DeidMethod:
         def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
             dist = distances(candidate, which)
             wrong = probe(candidate, candidate_latents, list(dist), number) if probe is not None else {}
-            return {i: GuardCheck(d[0], d[1], variant=number, wrong_key_distance=wrong[i][0] if i in wrong else None,
-                                  wrong_key_faceres_distance=wrong[i][1] if i in wrong else None) for i, d in dist.items()}
+            return {
+                i: GuardCheck(
+                    d[0],
+                    d[1],
+                    variant=number,
+                    wrong_key_distance=wrong[i][0] if i in wrong else None,
+                    wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
+                )
+                for i, d in dist.items()
+            }
 
         live = [i for i in range(len(outs)) if outs[i] is not None]
         got = checked(outs, latents, live, 0)
@@ -537,10 +545,14 @@ class DeidMethod:
         if flat:
             crops = np.stack([a.crop for a in aligned_all])
             key_indices = [indices[f][j] for f, j in flat]
-            outs_all, errors_all, latents_all, variants_all = self._process_keyed(operation, crops, key_indices, secret, controls, [carried[f][j] for f, j in flat])
+            outs_all, errors_all, latents_all, variants_all = self._process_keyed(
+                operation, crops, key_indices, secret, controls, [carried[f][j] for f, j in flat]
+            )
             if guard is not None and operation == "anonymize":
                 place = [(frames[f], faces[f][j], aligned_all[i].matrix) for i, (f, j) in enumerate(flat)]
-                outs_all, latents_all, variants_all, checks_all = self._guard_faces(guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all, guard_variants)
+                outs_all, latents_all, variants_all, checks_all = self._guard_faces(
+                    guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all, guard_variants
+                )
         results: list[tuple[np.ndarray, list[FaceRecord]]] = []
         pos = 0
         for f, rgb in enumerate(frames):
@@ -562,7 +574,9 @@ class DeidMethod:
                     taken: list = []
                     for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
                         if out is not None and lat is not None:
-                            block = carrier.CarriedLatent(tag, fr_indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat, variant=variants[j])
+                            block = carrier.CarriedLatent(
+                                tag, fr_indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat, variant=variants[j]
+                            )
                             flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
                 elif carries:
                     flags = [c is not None for c in fr_carried]
@@ -632,7 +646,9 @@ class DeidMethod:
 
         return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances)
 
-    def _frame_in_photo(self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None) -> tuple[np.ndarray, list[FaceRecord]]:
+    def _frame_in_photo(
+        self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None
+    ) -> tuple[np.ndarray, list[FaceRecord]]:
         """:meth:`process_frames` for a method that works in photo pixels; if it fails, every face of the
         frame is hard-blurred and reported as ``fallback_blur`` (fail closed)."""
         from .. import pipeline
@@ -708,8 +724,14 @@ class DeidMethod:
                     elif carries:
                         flag = carried[i] is not None
                 status = "fallback_blur" if err is not None else ("guard_blur" if blurred else "processed")
-                rec = FaceRecord(indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None)
-                results.append(DeidResult(imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0, self.weights_text))
+                rec = FaceRecord(
+                    indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None
+                )
+                results.append(
+                    DeidResult(
+                        imageio.to_pil(out_rgb, alpha), self.name, operation, [rec], fingerprint, controls, True, time.perf_counter() - t0, self.weights_text
+                    )
+                )
             return results if isinstance(image, (list, tuple)) else results[0]
 
         rgb, alpha = imageio.load_image(image)
@@ -719,7 +741,9 @@ class DeidMethod:
         if carries and operation == "recover":
             faces, indices, carried = _attach_carried(faces, carrier.extract_all(rgb, tag))
         [(canvas, records)] = self.process_frames(operation, [rgb], [faces], [indices], secret, controls, [carried], guard=guard)
-        return DeidResult(imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text)
+        return DeidResult(
+            imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text
+        )
 
 
 def _compose(

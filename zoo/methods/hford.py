@@ -33,8 +33,8 @@ from typing import ClassVar
 import torch
 
 from .. import losses as L
-from .latent_demo import IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, KeyedInvolutionDemo
 from ._stylegan_family import ReconstructionBaseline, StyleGANIdentityMethod
+from .latent_demo import IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, KeyedInvolutionDemo
 
 __all__ = ["HFORD", "HFORDDemo", "HFORDReconstruction"]
 

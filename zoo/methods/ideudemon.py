@@ -69,8 +69,7 @@ def id_noise(keys: Sequence[KeyMaterial], dim: int) -> torch.Tensor:
     return torch.stack([k.normal(dim, context=NOISE_CONTEXT) for k in keys])
 
 
-def hybrid_image(x: torch.Tensor, x_p: torch.Tensor, face_x: torch.Tensor, face_p: torch.Tensor,
-                 styling: torch.Tensor | None = None) -> torch.Tensor:
+def hybrid_image(x: torch.Tensor, x_p: torch.Tensor, face_x: torch.Tensor, face_p: torch.Tensor, styling: torch.Tensor | None = None) -> torch.Tensor:
     """Visual similarity assistance (Sec. 3.3): ``S X + (1 - S) [F_p X_p + (1 - F_p) (K X + (1 - K) X_p)]``.
 
     ``x``, ``x_p`` ``[N,3,R,R]``; masks ``[N,1,R,R]`` in [0,1]: ``face_x``/``face_p`` face regions of X and
@@ -101,9 +100,7 @@ class IDEudemon(NeuralMethod):
     paper = "Wen et al., Divide and Conquer: a Two-Step Method for High Quality Face De-identification with Model Explainability (IDEudemon)"
     reversible = False
     uses_key = True
-    controls = (
-        Control("scale", "float", 0.25, 0.05, 0.40, help="std of the Gaussian noise on the ID code (paper: 0.2-0.3 recommended, 0.05-0.40 studied)"),
-    )
+    controls = (Control("scale", "float", 0.25, 0.05, 0.40, help="std of the Gaussian noise on the ID code (paper: 0.2-0.3 recommended, 0.05-0.40 studied)"),)
     component_names = ("restorer",)
     stages: ClassVar[tuple[int, ...]] = (1,)
     resolution = 512
@@ -139,8 +136,7 @@ class IDEudemon(NeuralMethod):
                 else:
                     texture = load_texture_space(self.config.get("texture_space"))
                     self.extra.update(texture.tensors("texture_space."))
-            self.head_model = MeshHeadModel(space, feather=float(step1.get("feather", 0.01)), work_size=int(step1.get("work_size", 256)),
-                                            texture=texture)
+            self.head_model = MeshHeadModel(space, feather=float(step1.get("feather", 0.01)), work_size=int(step1.get("work_size", 256)), texture=texture)
             gain = torch.full((self.head_model.id_dim,), float(step1.get("shape_gain", 1.0)))
             gain[self.head_model.shape_dim :] = float(step1.get("texture_gain", 1.0))
             self.noise_gain = gain
@@ -154,8 +150,11 @@ class IDEudemon(NeuralMethod):
 
             if "headnerf" not in self.components:
                 raise ValueError("ideudemon backend 'headnerf' needs a 'headnerf' component (python -m zoo.convert headnerf ...)")
-            self.head_model = HeadNeRFHeadModel(self.components["headnerf"], iterations=int(step1.get("iterations", 300)),
-                                                head_mask=self._parser_head_mask if "face_parser" in self.components else None)
+            self.head_model = HeadNeRFHeadModel(
+                self.components["headnerf"],
+                iterations=int(step1.get("iterations", 300)),
+                head_mask=self._parser_head_mask if "face_parser" in self.components else None,
+            )
         else:
             raise ValueError(f"unknown ideudemon backend {backend!r} (mesh | headnerf)")
         step2 = dict(self.config.get("step2", {}) or {})
@@ -233,8 +232,7 @@ class IDEudemon(NeuralMethod):
         tex = (float(np.cos(t)) * z_id[:, k:] + float(np.sin(t)) * noise[:, k:] / 3.0).clamp(-1.0, 1.0)
         return torch.cat([shape, tex], 1)
 
-    def step_one(self, x: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, scale: float = 0.25,
-                 noise: torch.Tensor | None = None) -> dict[str, Any]:
+    def step_one(self, x: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, scale: float = 0.25, noise: torch.Tensor | None = None) -> dict[str, Any]:
         """Step I + visual similarity assistance (no restorer).
 
         ``noise`` ``[N, 100]`` (standard normal) overrides the key-derived noise (training, tests).
@@ -252,8 +250,7 @@ class IDEudemon(NeuralMethod):
         x_p, face_p = self.head_model.render(z_p, app, cam)  # eq. 4
         face_x = self.head_model.source_mask(app, cam) if hasattr(self.head_model, "source_mask") else self.head_model.face_mask(z_id, app, cam)
         x_l, masks = self.visual_similarity_assistance(x, x_p.to(x), face_x.to(x), face_p.to(x))
-        return {"x_p": x_p, "x_l": x_l, **masks, "z_id": z_id, "z_id_p": z_p, "app": app, "cam": cam,
-                "landmarks": self.head_model.landmarks(app, cam)}
+        return {"x_p": x_p, "x_l": x_l, **masks, "z_id": z_id, "z_id_p": z_p, "app": app, "cam": cam, "landmarks": self.head_model.landmarks(app, cam)}
 
     def visual_similarity_assistance(self, x: torch.Tensor, x_p: torch.Tensor, face_x: torch.Tensor, face_p: torch.Tensor):
         """Hybrid X_l (Sec. 3.3): identity-agnostic areas of X, face of X_p. Returns (x_l, masks)."""
@@ -320,7 +317,7 @@ class IDEudemon(NeuralMethod):
         if pre.get("restorer"):
             restorer = GFPGANv1Clean.from_pretrained(str(resolve_checkpoint(pre["restorer"])))
             if restorer.log_size != int(np.log2(res)):
-                raise ValueError(f"pretrained restorer works at {2 ** restorer.log_size} px, config resolution is {res}")
+                raise ValueError(f"pretrained restorer works at {2**restorer.log_size} px, config resolution is {res}")
         else:
             restorer = GFPGANv1Clean(out_size=res, **(m.get("restorer") or {}))
             if pre.get("decoder"):
@@ -477,9 +474,16 @@ class IDEudemon(NeuralMethod):
             from ..pipeline import ffhq_template
 
             t = ffhq_template(r)
-            boxes = np.tile(np.array([[t[0, 0] - 0.08 * r, t[0, 1] - 0.08 * r, t[0, 0] + 0.08 * r, t[0, 1] + 0.08 * r],
-                                      [t[1, 0] - 0.08 * r, t[1, 1] - 0.08 * r, t[1, 0] + 0.08 * r, t[1, 1] + 0.08 * r],
-                                      [t[3:, 0].mean() - 0.12 * r, t[3:, 1].mean() - 0.12 * r, t[3:, 0].mean() + 0.12 * r, t[3:, 1].mean() + 0.12 * r]]), (x.shape[0], 1, 1))
+            boxes = np.tile(
+                np.array(
+                    [
+                        [t[0, 0] - 0.08 * r, t[0, 1] - 0.08 * r, t[0, 0] + 0.08 * r, t[0, 1] + 0.08 * r],
+                        [t[1, 0] - 0.08 * r, t[1, 1] - 0.08 * r, t[1, 0] + 0.08 * r, t[1, 1] + 0.08 * r],
+                        [t[3:, 0].mean() - 0.12 * r, t[3:, 1].mean() - 0.12 * r, t[3:, 0].mean() + 0.12 * r, t[3:, 1].mean() + 0.12 * r],
+                    ]
+                ),
+                (x.shape[0], 1, 1),
+            )
         else:
             boxes = np.stack([component_boxes(lm, r) for lm in lms])  # [N, 3, 4]
         return torch.as_tensor(boxes, dtype=x.dtype, device=x.device)
@@ -600,8 +604,7 @@ class SFacePerceptual(nn.Module):
         return sum(F.l1_loss(a, b) for a, b in zip(fx, fy))  # type: ignore[return-value]
 
 
-def export_restorer(trained: str, out: str, fp16: bool = True, config: dict[str, Any] | None = None,
-                    state: str | None = None) -> None:
+def export_restorer(trained: str, out: str, fp16: bool = True, config: dict[str, Any] | None = None, state: str | None = None) -> None:
     """A trained IDEudemon folder (restorer + discriminators) -> an inference checkpoint in ``out``: the
     restorer only (the discriminators are training-only), in fp16 by default, plus the spaces and the
     trained config (or ``config``, e.g. the recipe with inference settings changed). ``state``: the
@@ -617,7 +620,7 @@ def export_restorer(trained: str, out: str, fp16: bool = True, config: dict[str,
     keep = {k: v for k, v in components.items() if k in ("restorer", "face_parser", "headnerf")}
     if state:
         prefix = "components.restorer."
-        raw = {k[len(prefix):]: v for k, v in load_file(state).items() if k.startswith(prefix)}
+        raw = {k[len(prefix) :]: v for k, v in load_file(state).items() if k.startswith(prefix)}
         keep["restorer"].load_state_dict(raw, strict=True)
     if fp16:
         keep["restorer"] = keep["restorer"].half()
@@ -628,18 +631,24 @@ def _has_restorer(config: dict[str, Any]) -> bool:
     return bool((config.get("step2", {}) or {}).get("restorer", True))
 
 
-STEP_ONE_LABEL = ("demo: Step I only (offline mesh backend: shape + texture spaces learned here from synthetic faces), "
-                  "no trained restorer; not the paper's HeadNeRF / GFPGAN weights")
+STEP_ONE_LABEL = (
+    "demo: Step I only (offline mesh backend: shape + texture spaces learned here from synthetic faces), "
+    "no trained restorer; not the paper's HeadNeRF / GFPGAN weights"
+)
 
 
-RESTORER_LABEL = ("demo: Step I on the offline mesh backend (shape + texture spaces learned here from synthetic faces) + "
-                  "a small GFPGAN-style restorer trained here on CPU at 64 px on synthetic faces (losses of eq. 5-9, "
-                  "SFace-torch for the identity and perceptual terms); not the paper's HeadNeRF / GFPGAN weights")
+RESTORER_LABEL = (
+    "demo: Step I on the offline mesh backend (shape + texture spaces learned here from synthetic faces) + "
+    "a small GFPGAN-style restorer trained here on CPU at 64 px on synthetic faces (losses of eq. 5-9, "
+    "SFace-torch for the identity and perceptual terms); not the paper's HeadNeRF / GFPGAN weights"
+)
 
 
-RESTORER_OFF_LABEL = ("demo: Step I only by default (offline mesh backend: shape + texture spaces learned here from synthetic "
-                      "faces); a small GFPGAN-style restorer trained here on CPU (64 px, synthetic faces) ships switched off "
-                      "(it raised the head-pose error; method.use_restorer = True runs it); not the paper's HeadNeRF / GFPGAN weights")
+RESTORER_OFF_LABEL = (
+    "demo: Step I only by default (offline mesh backend: shape + texture spaces learned here from synthetic "
+    "faces); a small GFPGAN-style restorer trained here on CPU (64 px, synthetic faces) ships switched off "
+    "(it raised the head-pose error; method.use_restorer = True runs it); not the paper's HeadNeRF / GFPGAN weights"
+)
 
 
 class IDEudemonStepOne(IDEudemon):

@@ -51,8 +51,8 @@ from .. import losses
 from ..convert import ConversionError, check_and_load, register_converter
 from ..hub import HubModule
 from ..keys import KeyMaterial
-from ..nn.flows import SecureIdentityFlow
 from ..nn.dcgan import LATENT_DIM
+from ..nn.flows import SecureIdentityFlow
 from .base import NeuralMethod
 from .latent_demo import FIT_CONTROLS, LatentDemoMethod
 
@@ -508,9 +508,7 @@ class IFADIT(NeuralMethod):
             "anon": lambda: losses.identity_similarity_hinge(e_an, z),  # eq. 15-16
             "div": lambda: sum(div_terms),  # eq. 17
             "deanon": lambda: losses.identity_cosine_loss(e_rec, z) + losses.identity_similarity_hinge(e_wrong, z),  # eq. 18-19
-            "img": lambda: self._image_loss(x_rec, x, w_rec)
-            + self._image_loss(x_an, x, w_other)
-            + self._image_loss(x_wrong, x, w_other),  # eq. 20-21
+            "img": lambda: self._image_loss(x_rec, x, w_rec) + self._image_loss(x_an, x, w_other) + self._image_loss(x_wrong, x, w_other),  # eq. 20-21
             # not in the paper (0 in ifadit.yaml): pull C(E_ID(X_anon)) to z_anon directly
             "icl": lambda: losses.l1_loss(z_hat, z_an.detach()),
         }
@@ -636,8 +634,9 @@ class IFADITDemo(LatentDemoMethod):
         terms = {
             "anon": lambda: losses.identity_similarity_hinge(z_an, z, m),  # eq. 15-16
             "div": lambda: losses.identity_similarity_hinge(z_an, z_an2, m),  # eq. 17
-            "deanon": lambda: losses.identity_cosine_loss(flow.inverse(z_seen, k1), z)
-            + losses.identity_similarity_hinge(flow.inverse(z_seen, k2), z, m),  # eq. 18-19
+            "deanon": lambda: (
+                losses.identity_cosine_loss(flow.inverse(z_seen, k1), z) + losses.identity_similarity_hinge(flow.inverse(z_seen, k2), z, m)
+            ),  # eq. 18-19
             "prior": lambda: losses.gaussian_prior_loss(z_an),
         }
         return losses.weighted_sum(terms, lam)
@@ -651,8 +650,13 @@ class IFADITDemo(LatentDemoMethod):
         flow = self.components["flow"]
         y = self.decode(flow(z, k1))
         z_y = self.encode(y, 0)
-        return {"input": x, "reconstruction": self.decode(z), "anonymized": y,
-                "recovered": self.decode(flow.inverse(z_y, k1)), "wrong_key": self.decode(flow.inverse(z_y, k2))}
+        return {
+            "input": x,
+            "reconstruction": self.decode(z),
+            "anonymized": y,
+            "recovered": self.decode(flow.inverse(z_y, k1)),
+            "wrong_key": self.decode(flow.inverse(z_y, k2)),
+        }
 
 
 # ------------------------------------------------------------------------------------------------
@@ -712,7 +716,7 @@ def convert_ifadit_sif(state: Mapping[str, Any]) -> SecureIdentityFlow:
     sd = _flat_tensors(state, what)
     if not any(k.startswith("module_list.") for k in sd):
         raise ConversionError(f"{what}: no 'module_list.*' keys (FrEIA SequenceINN)")
-    sd = {"blocks." + k[len("module_list."):]: v for k, v in sd.items() if k.startswith("module_list.")}
+    sd = {"blocks." + k[len("module_list.") :]: v for k, v in sd.items() if k.startswith("module_list.")}
     n_blocks = 0
     while f"blocks.{n_blocks}.global_scale" in sd:
         n_blocks += 1

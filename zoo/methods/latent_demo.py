@@ -55,10 +55,20 @@ REFINE_CONTROL = Control(
 #: keep the pixel fit and its speed. Real photos' recovery then moves back toward the person
 #: (benchmarks/photo_recovery.py, docs/dbaf_hford.md), at the cost benchmarks/demo_speed.py measures.
 IDENTITY_REFINE_CONTROL = Control(
-    "identity_refine", "float", 1.0, 0.0, 10.0, "weight of the identity (SFace) term in the extra refinement of faces the pixel fit leaves far in identity (0 = pixels only)"
+    "identity_refine",
+    "float",
+    1.0,
+    0.0,
+    10.0,
+    "weight of the identity (SFace) term in the extra refinement of faces the pixel fit leaves far in identity (0 = pixels only)",
 )
 IDENTITY_CHECK_CONTROL = Control(
-    "identity_check", "float", 0.4, 0.0, 1.0, "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)"
+    "identity_check",
+    "float",
+    0.4,
+    0.0,
+    1.0,
+    "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)",
 )
 #: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
 FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
@@ -213,7 +223,9 @@ class LatentDemoMethod(NeuralMethod):
             # from the encoder's code again: continuing from the pixel fit left real faces further away
             # (benchmarks/photo_recovery.py, dbaf, 7 faces, 1 key: recovery closer 5/7 and mean dlib
             # distance 0.655 continuing, 7/7 and 0.593 from the encoder's code)
-            z[far] = invert(generator, self.components["encoder"], x[far], self.identity_steps, identity=load_sface(x.device).embed_aligned, identity_weight=weight)
+            z[far] = invert(
+                generator, self.components["encoder"], x[far], self.identity_steps, identity=load_sface(x.device).embed_aligned, identity_weight=weight
+            )
         return z
 
     def identity_controls(self, identity_refine: float | None, identity_check: float | None) -> tuple[float, float]:
@@ -316,7 +328,15 @@ class LatentDemoMethod(NeuralMethod):
         saved = to_tensor(from_tensor(y.detach().float().cpu()), self.resolution)
         self._remember(cache, self._code_rows(saved, refine_steps, identity_refine, identity_check), codes)
 
-    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any):
+    def anonymize_faces_carrying(
+        self,
+        x: torch.Tensor,
+        keys: Sequence[KeyMaterial],
+        refine_steps: int = 20,
+        identity_refine: float | None = None,
+        identity_check: float | None = None,
+        **controls: Any,
+    ):
         """(X_anon ``[N,3,R,R]``, u_anon ``[N,100]``): the face and the identity code the carrier writes into it."""
         self._check_keys(x, keys)
         identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
@@ -346,10 +366,20 @@ class LatentDemoMethod(NeuralMethod):
         z = self.unedit_latent(z_anon / self.anonymized_code_scale, keys, **controls)
         return torch.nan_to_num(z, nan=0.0, posinf=8.0, neginf=-8.0).clamp(-8.0, 8.0)
 
-    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, **controls: Any) -> torch.Tensor:
+    def anonymize_faces(
+        self,
+        x: torch.Tensor,
+        keys: Sequence[KeyMaterial],
+        refine_steps: int = 20,
+        identity_refine: float | None = None,
+        identity_check: float | None = None,
+        **controls: Any,
+    ) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
 
-    def anonymized_codes(self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
+    def anonymized_codes(
+        self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """(code, u_anon ``[N,100]``) of anonymized faces ``y``. u_anon: the carried code where one came with the
         face (:mod:`zoo.carrier`), else read from the face's inversion (times c on the DCGAN: the inversion
         returns codes at its own radius, module docstring). code: on W+, the inversion of ``y`` (what the
@@ -375,14 +405,22 @@ class LatentDemoMethod(NeuralMethod):
         return int(self.components["generator"].latent_dim) if self.wplus is None else self.wplus.identity.dim
 
     def recover_faces(
-        self, y: torch.Tensor, keys: Sequence[KeyMaterial], refine_steps: int = 20, carried: Sequence[Any] | None = None,
-        identity_refine: float | None = None, identity_check: float | None = None, **controls: Any
+        self,
+        y: torch.Tensor,
+        keys: Sequence[KeyMaterial],
+        refine_steps: int = 20,
+        carried: Sequence[Any] | None = None,
+        identity_refine: float | None = None,
+        identity_check: float | None = None,
+        **controls: Any,
     ) -> torch.Tensor:
         self._check_keys(y, keys)
         code, u_anon = self.anonymized_codes(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check))
         return self.decode(self.with_identity(code, self.recovered_code(u_anon, keys, **controls), keys, inverse=True))
 
-    def reconstruct_faces(self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None) -> torch.Tensor:
+    def reconstruct_faces(
+        self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None
+    ) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
         return self.decode(self.encode(x, refine_steps, *self.identity_controls(identity_refine, identity_check)))
 
@@ -509,5 +547,10 @@ class KeyedInvolutionDemo(LatentDemoMethod):
         z = self.encode(x, 0)
         p1, p2 = self._random_keys(x.shape[0]), self._random_keys(x.shape[0])
         z_an = self._edit(z, p1)
-        return {"input": x, "reconstruction": self.decode(z), "anonymized": self.decode(z_an),
-                "recovered": self.decode(self._edit(z_an, p1)), "wrong_key": self.decode(self._edit(z_an, p2))}
+        return {
+            "input": x,
+            "reconstruction": self.decode(z),
+            "anonymized": self.decode(z_an),
+            "recovered": self.decode(self._edit(z_an, p1)),
+            "wrong_key": self.decode(self._edit(z_an, p2)),
+        }

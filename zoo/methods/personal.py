@@ -62,8 +62,8 @@ from torch import nn
 from .. import losses
 from ..keys import KeyMaterial, Secret
 from .base import Control, NeuralMethod
-from .latent_demo import FIT_CONTROLS, LatentDemoMethod
 from .ifadit import embedding_dim, load_identity_encoder
+from .latent_demo import FIT_CONTROLS, LatentDemoMethod
 
 __all__ = [
     "PersonalDemo",
@@ -374,8 +374,7 @@ class PasswordReferences:
         """f(p) for each face's password: the normalised mix of its k base identities -> [N, D]."""
         if not self.has_library:
             raise RuntimeError(
-                "this personal checkpoint has no reference library: build one with "
-                "`python -m zoo.methods.personal build-library --checkpoint DIR --data ...`"
+                "this personal checkpoint has no reference library: build one with `python -m zoo.methods.personal build-library --checkpoint DIR --data ...`"
             )
         return self.password_references([k.digits(6) for k in keys]).to(self.device, self.dtype)
 
@@ -657,7 +656,9 @@ class PersonalDemo(PasswordReferences, LatentDemoMethod):
         return self.unrotated(z, keys, level) * z.norm(dim=1, keepdim=True)
 
 
-def load_library_images(spec: str, limit: int | None = None, labels_from_subfolders: bool = False, resolution: int = 256) -> tuple[torch.Tensor, list[Any] | None]:
+def load_library_images(
+    spec: str, limit: int | None = None, labels_from_subfolders: bool = False, resolution: int = 256
+) -> tuple[torch.Tensor, list[Any] | None]:
     """Faces for the library as ``[N,3,R,R]`` in [-1,1] (R = ``resolution``) and their identity labels.
 
     ``spec``: ``synthetic:N[:SEED]`` (the seeded synthetic faces; each is its own identity) or a folder

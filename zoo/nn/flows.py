@@ -176,13 +176,9 @@ class SecureIdentityFlow(HubModule):
         self.dim, self.key_dim, self.block = int(dim), int(key_dim), block
         hidden = [int(h) for h in hidden]
         if block == "sacb":
-            self.blocks = nn.ModuleList(
-                SecureAffineCouplingBlock(dim, key_dim, hidden, clamp, negative_slope) for _ in range(n_blocks)
-            )
+            self.blocks = nn.ModuleList(SecureAffineCouplingBlock(dim, key_dim, hidden, clamp, negative_slope) for _ in range(n_blocks))
         else:
-            self.blocks = nn.ModuleList(
-                AllInOneCouplingBlock(dim, key_dim, hidden, clamp, permute_seed + i, negative_slope) for i in range(n_blocks)
-            )
+            self.blocks = nn.ModuleList(AllInOneCouplingBlock(dim, key_dim, hidden, clamp, permute_seed + i, negative_slope) for i in range(n_blocks))
 
     def _check(self, z: torch.Tensor, k: torch.Tensor) -> None:
         if z.ndim != 2 or z.shape[1] != self.dim:

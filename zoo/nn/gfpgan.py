@@ -38,8 +38,17 @@ __all__ = [
 
 def _channels(narrow: float, channel_multiplier: int) -> dict[str, int]:
     """Channels per resolution of the clean StyleGAN2 decoder (the U-Net uses ``narrow / 2``)."""
-    wide = {4: 512, 8: 512, 16: 512, 32: 512, 64: 256 * channel_multiplier, 128: 128 * channel_multiplier,
-            256: 64 * channel_multiplier, 512: 32 * channel_multiplier, 1024: 16 * channel_multiplier}
+    wide = {
+        4: 512,
+        8: 512,
+        16: 512,
+        32: 512,
+        64: 256 * channel_multiplier,
+        128: 128 * channel_multiplier,
+        256: 64 * channel_multiplier,
+        512: 32 * channel_multiplier,
+        1024: 16 * channel_multiplier,
+    }
     return {str(k): int(v * narrow) for k, v in wide.items()}
 
 
@@ -58,8 +67,16 @@ class ModulatedConv2d(nn.Module):
     No bias. ``x [N, in, H, W], style [N, num_style_feat] -> [N, out, H', W']``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, num_style_feat: int,
-                 demodulate: bool = True, sample_mode: str | None = None, eps: float = 1e-8):
+    def __init__(
+        self,
+        in_channels: int,
+        out_channels: int,
+        kernel_size: int,
+        num_style_feat: int,
+        demodulate: bool = True,
+        sample_mode: str | None = None,
+        eps: float = 1e-8,
+    ):
         super().__init__()
         self.in_channels, self.out_channels, self.kernel_size = in_channels, out_channels, kernel_size
         self.demodulate, self.sample_mode, self.eps = demodulate, sample_mode, eps
@@ -90,11 +107,9 @@ class ModulatedConv2d(nn.Module):
 class StyleConv(nn.Module):
     """Modulated 3x3 conv, noise injection (scalar ``weight``), ``bias``, LeakyReLU(0.2)."""
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, num_style_feat: int,
-                 demodulate: bool = True, sample_mode: str | None = None):
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, num_style_feat: int, demodulate: bool = True, sample_mode: str | None = None):
         super().__init__()
-        self.modulated_conv = ModulatedConv2d(in_channels, out_channels, kernel_size, num_style_feat,
-                                              demodulate=demodulate, sample_mode=sample_mode)
+        self.modulated_conv = ModulatedConv2d(in_channels, out_channels, kernel_size, num_style_feat, demodulate=demodulate, sample_mode=sample_mode)
         self.weight = nn.Parameter(torch.zeros(1))  # noise strength
         self.bias = nn.Parameter(torch.zeros(1, out_channels, 1, 1))
 
@@ -148,8 +163,9 @@ class StyleGAN2GeneratorClean(HubModule):
     latent or None)``.
     """
 
-    def __init__(self, out_size: int = 512, num_style_feat: int = 512, num_mlp: int = 8,
-                 channel_multiplier: int = 2, narrow: float = 1.0, sft_half: bool = False):
+    def __init__(
+        self, out_size: int = 512, num_style_feat: int = 512, num_mlp: int = 8, channel_multiplier: int = 2, narrow: float = 1.0, sft_half: bool = False
+    ):
         super().__init__()
         self.num_style_feat = num_style_feat
         self.sft_half = sft_half
@@ -195,11 +211,18 @@ class StyleGAN2GeneratorClean(HubModule):
         z = torch.randn(n, self.num_style_feat, generator=generator).to(self.constant_input.weight)
         return self.style_mlp(z).mean(0, keepdim=True)
 
-    def forward(self, styles: list[torch.Tensor], conditions: list[torch.Tensor] | None = None,
-                input_is_latent: bool = False, noise: list[torch.Tensor | None] | None = None,
-                randomize_noise: bool = True, truncation: float = 1.0,
-                truncation_latent: torch.Tensor | None = None, inject_index: int | None = None,
-                return_latents: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    def forward(
+        self,
+        styles: list[torch.Tensor],
+        conditions: list[torch.Tensor] | None = None,
+        input_is_latent: bool = False,
+        noise: list[torch.Tensor | None] | None = None,
+        randomize_noise: bool = True,
+        truncation: float = 1.0,
+        truncation_latent: torch.Tensor | None = None,
+        inject_index: int | None = None,
+        return_latents: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
         conditions = conditions or []
         if not input_is_latent:
             styles = [self.style_mlp(s) for s in styles]
@@ -216,8 +239,7 @@ class StyleGAN2GeneratorClean(HubModule):
         elif len(styles) == 2:  # style mixing
             if inject_index is None:
                 inject_index = int(torch.randint(1, self.num_latent, ()).item())
-            latent = torch.cat([styles[0].unsqueeze(1).repeat(1, inject_index, 1),
-                                styles[1].unsqueeze(1).repeat(1, self.num_latent - inject_index, 1)], 1)
+            latent = torch.cat([styles[0].unsqueeze(1).repeat(1, inject_index, 1), styles[1].unsqueeze(1).repeat(1, self.num_latent - inject_index, 1)], 1)
         else:
             raise ValueError("styles must hold one or two tensors")
 
@@ -225,8 +247,7 @@ class StyleGAN2GeneratorClean(HubModule):
         out = self.style_conv1(out, latent[:, 0], noise=noise[0])
         skip = self.to_rgb1(out, latent[:, 1])
         i = 1
-        for conv1, conv2, noise1, noise2, to_rgb in zip(self.style_convs[::2], self.style_convs[1::2],
-                                                        noise[1::2], noise[2::2], self.to_rgbs):
+        for conv1, conv2, noise1, noise2, to_rgb in zip(self.style_convs[::2], self.style_convs[1::2], noise[1::2], noise[2::2], self.to_rgbs):
             out = conv1(out, latent[:, i], noise=noise1)
             if i < len(conditions):  # CS-SFT: spatial scale and shift from the U-Net
                 scale, shift = conditions[i - 1], conditions[i]
@@ -272,9 +293,18 @@ class GFPGANv1Clean(HubModule):
     ``[N, 3, r, r]`` for r = 8 .. S (empty when ``return_rgb=False``).
     """
 
-    def __init__(self, out_size: int = 512, num_style_feat: int = 512, channel_multiplier: int = 2,
-                 fix_decoder: bool = True, num_mlp: int = 8, input_is_latent: bool = False,
-                 different_w: bool = False, narrow: float = 1.0, sft_half: bool = False):
+    def __init__(
+        self,
+        out_size: int = 512,
+        num_style_feat: int = 512,
+        channel_multiplier: int = 2,
+        fix_decoder: bool = True,
+        num_mlp: int = 8,
+        input_is_latent: bool = False,
+        different_w: bool = False,
+        narrow: float = 1.0,
+        sft_half: bool = False,
+    ):
         super().__init__()
         self.input_is_latent = input_is_latent
         self.different_w = different_w
@@ -302,8 +332,7 @@ class GFPGANv1Clean(HubModule):
         num_latent = self.log_size * 2 - 2
         self.final_linear = nn.Linear(ch["4"] * 4 * 4, num_latent * num_style_feat if different_w else num_style_feat)
 
-        self.stylegan_decoder = StyleGAN2GeneratorClean(out_size, num_style_feat, num_mlp, channel_multiplier,
-                                                        narrow, sft_half)
+        self.stylegan_decoder = StyleGAN2GeneratorClean(out_size, num_style_feat, num_mlp, channel_multiplier, narrow, sft_half)
         if fix_decoder:
             self.stylegan_decoder.requires_grad_(False)
 
@@ -315,8 +344,9 @@ class GFPGANv1Clean(HubModule):
             for heads in (self.condition_scale, self.condition_shift):
                 heads.append(nn.Sequential(nn.Conv2d(c, c, 3, 1, 1), nn.LeakyReLU(0.2), nn.Conv2d(c, sft_c, 3, 1, 1)))
 
-    def forward(self, x: torch.Tensor, return_latents: bool = False, return_rgb: bool = True,
-                randomize_noise: bool = True, **kwargs: Any) -> tuple[torch.Tensor, list[torch.Tensor]]:
+    def forward(
+        self, x: torch.Tensor, return_latents: bool = False, return_rgb: bool = True, randomize_noise: bool = True, **kwargs: Any
+    ) -> tuple[torch.Tensor, list[torch.Tensor]]:
         conditions: list[torch.Tensor] = []
         unet_skips: list[torch.Tensor] = []
         out_rgbs: list[torch.Tensor] = []
@@ -337,9 +367,14 @@ class GFPGANv1Clean(HubModule):
             if return_rgb:
                 out_rgbs.append(self.toRGB[i](feat))
 
-        image, _ = self.stylegan_decoder([style_code], conditions, return_latents=return_latents,
-                                         input_is_latent=self.input_is_latent, randomize_noise=randomize_noise,
-                                         noise=kwargs.get("noise"))  # optional explicit noise maps (seeded training)
+        image, _ = self.stylegan_decoder(
+            [style_code],
+            conditions,
+            return_latents=return_latents,
+            input_is_latent=self.input_is_latent,
+            randomize_noise=randomize_noise,
+            noise=kwargs.get("noise"),
+        )  # optional explicit noise maps (seeded training)
         return image, out_rgbs
 
 
@@ -367,7 +402,7 @@ def _need(state: dict[str, torch.Tensor], key: str) -> torch.Tensor:
 def _decoder_config(sd: dict[str, torch.Tensor], prefix: str) -> dict[str, Any]:
     """out_size, num_style_feat, num_mlp, narrow, channel_multiplier of a clean decoder, from its weights."""
     head = f"{prefix}to_rgbs."
-    num_rgbs = len({k[len(head):].split(".")[0] for k in sd if k.startswith(head)})
+    num_rgbs = len({k[len(head) :].split(".")[0] for k in sd if k.startswith(head)})
     if num_rgbs == 0:
         raise ConversionError(f"no {prefix}to_rgbs.* keys; not a clean StyleGAN2 decoder")
     narrow = _need(sd, f"{prefix}constant_input.weight").shape[1] / 512
@@ -411,7 +446,15 @@ def convert_gfpgan(state: dict[str, Any]) -> GFPGANv1Clean:
     num_style_feat = dec["num_style_feat"]
     different_w = _need(sd, "final_linear.weight").shape[0] != num_style_feat
     sft_half = _need(sd, "condition_scale.0.2.weight").shape[0] == _need(sd, "condition_scale.0.0.weight").shape[0]
-    model = GFPGANv1Clean(out_size=dec["out_size"], num_style_feat=num_style_feat,
-                          channel_multiplier=dec["channel_multiplier"], fix_decoder=False, num_mlp=dec["num_mlp"],
-                          input_is_latent=True, different_w=different_w, narrow=dec["narrow"], sft_half=sft_half)
+    model = GFPGANv1Clean(
+        out_size=dec["out_size"],
+        num_style_feat=num_style_feat,
+        channel_multiplier=dec["channel_multiplier"],
+        fix_decoder=False,
+        num_mlp=dec["num_mlp"],
+        input_is_latent=True,
+        different_w=different_w,
+        narrow=dec["narrow"],
+        sft_half=sft_half,
+    )
     return check_and_load(model, sd, "gfpgan")

@@ -278,8 +278,9 @@ class HeadNeRF(HubModule):
         w = alpha * trans
         return (w * features).sum(-1), 1.0 - w.sum(-1)
 
-    def forward(self, shape_code: torch.Tensor, appea_code: torch.Tensor, rmats: torch.Tensor, tvecs: torch.Tensor,
-                inv_inmats: torch.Tensor) -> dict[str, torch.Tensor]:
+    def forward(
+        self, shape_code: torch.Tensor, appea_code: torch.Tensor, rmats: torch.Tensor, tvecs: torch.Tensor, inv_inmats: torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         n, fs = shape_code.shape[0], self.featmap_size
         pts, dirs, dists = self.sample_points(rmats, tvecs, inv_inmats)
         r, s = pts.shape[-2:]
@@ -347,6 +348,13 @@ def convert_headnerf(state: dict[str, Any]) -> HeadNeRF:
         raise ConversionError(f"headnerf: colour branch takes {vd} conditioning channels, expected {appea} (+27 with view dirs)")
     c_last = int(sd[f"neural_render.feat_layers.{n_blocks - 1}.weight"].shape[0])
     min_feat = c_last if c_last > featmap_nc // 2**n_blocks else 32  # the channel floor shows only when it binds
-    model = HeadNeRF(featmap_size=featmap_size, featmap_nc=featmap_nc, pred_img_size=pred_img_size,
-                     mlp_hidden_nchannels=hidden, mlp_layers=n_layers, include_vd=include_vd, min_feat=min_feat)
+    model = HeadNeRF(
+        featmap_size=featmap_size,
+        featmap_nc=featmap_nc,
+        pred_img_size=pred_img_size,
+        mlp_hidden_nchannels=hidden,
+        mlp_layers=n_layers,
+        include_vd=include_vd,
+        min_feat=min_feat,
+    )
     return check_and_load(model, sd, "headnerf")

@@ -73,9 +73,7 @@ class BottleneckIR(nn.Module):
         if in_channel == depth:
             self.shortcut_layer: nn.Module = nn.MaxPool2d(1, stride)
         else:
-            self.shortcut_layer = nn.Sequential(
-                nn.Conv2d(in_channel, depth, (1, 1), stride, bias=False), nn.BatchNorm2d(depth)
-            )
+            self.shortcut_layer = nn.Sequential(nn.Conv2d(in_channel, depth, (1, 1), stride, bias=False), nn.BatchNorm2d(depth))
         layers: list[nn.Module] = [
             nn.BatchNorm2d(in_channel),
             nn.Conv2d(in_channel, depth, (3, 3), (1, 1), 1, bias=False),
@@ -97,9 +95,7 @@ class BottleneckIRSE(BottleneckIR):
     use_se = True
 
 
-def stage_layout(
-    num_layers: int = 50, stage_units: Sequence[int] | None = None, channels: Sequence[int] | None = None
-) -> tuple[list[int], list[int]]:
+def stage_layout(num_layers: int = 50, stage_units: Sequence[int] | None = None, channels: Sequence[int] | None = None) -> tuple[list[int], list[int]]:
     """Return ``(units per stage, width per stage)``; explicit ``stage_units``/``channels`` win."""
     if stage_units is None:
         if num_layers not in STAGE_UNITS:
@@ -176,5 +172,5 @@ def fill_bn_counters(state: dict[str, torch.Tensor], module: nn.Module) -> dict[
 def strip_prefix(state: dict[str, torch.Tensor], prefix: str = "module.") -> dict[str, torch.Tensor]:
     """Drop a prefix carried by every key (e.g. ``module.`` from ``DataParallel``)."""
     if state and all(k.startswith(prefix) for k in state):
-        return {k[len(prefix):]: v for k, v in state.items()}
+        return {k[len(prefix) :]: v for k, v in state.items()}
     return dict(state)

@@ -332,9 +332,7 @@ def random_face_data_dir() -> Path:
         d = Path(loc) / "data"
         if (d / "SynthesisNetwork.xml").is_file() and (d / "MappingNetwork.xml").is_file():
             return d
-    raise MissingGeneratorError(
-        f"the FFHQ-grade generator needs the random-face wheel: run `bash scripts/setup.sh` (or `pip install --no-deps {RANDOM_FACE}`)"
-    )
+    raise MissingGeneratorError(f"the FFHQ-grade generator needs the random-face wheel: run `bash scripts/setup.sh` (or `pip install --no-deps {RANDOM_FACE}`)")
 
 
 def _modulation_state(g: Any, prefix: str, out: dict[str, torch.Tensor], ours: str) -> str:

@@ -113,10 +113,7 @@ class _IRSEStyleEncoder(HubModule):
         self.body, ends = make_body(units, chans, mode)
         self._taps = (ends[1], ends[2], ends[3])  # c1, c2, c3 (6, 20, 23 for IR-SE50)
         fpn = chans[3]
-        self.styles = nn.ModuleList(
-            GradualStyleBlock(fpn, style_dim, 16 if i < COARSE_END else 32 if i < MIDDLE_END else 64)
-            for i in range(n_styles)
-        )
+        self.styles = nn.ModuleList(GradualStyleBlock(fpn, style_dim, 16 if i < COARSE_END else 32 if i < MIDDLE_END else 64) for i in range(n_styles))
         self.latlayer1 = nn.Conv2d(chans[2], fpn, kernel_size=1, stride=1, padding=0)
         self.latlayer2 = nn.Conv2d(chans[1], fpn, kernel_size=1, stride=1, padding=0)
         self.register_buffer("latent_avg", torch.zeros(n_styles, style_dim))
@@ -236,8 +233,8 @@ def split_psp_checkpoint(
         opts = {}
     latent_avg = ckpt.get("latent_avg")
     if any(k.startswith("encoder.") for k in sd):
-        enc = {k[len("encoder."):]: v for k, v in sd.items() if k.startswith("encoder.")}
-        dec = {k[len("decoder."):]: v for k, v in sd.items() if k.startswith("decoder.")}
+        enc = {k[len("encoder.") :]: v for k, v in sd.items() if k.startswith("encoder.")}
+        dec = {k[len("decoder.") :]: v for k, v in sd.items() if k.startswith("decoder.")}
     else:
         enc = {k: v for k, v in sd.items() if torch.is_tensor(v) and k != "latent_avg"}
         dec = {}

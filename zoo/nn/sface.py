@@ -39,9 +39,7 @@ COSINE_THRESHOLD = 0.363
 #: (out channels, stride) of the 13 depthwise-separable blocks after the stem (MobileNetV1)
 TRUNK = ((64, 1), (128, 2), (128, 1), (256, 2), (256, 1), (512, 2), (512, 1), (512, 1), (512, 1), (512, 1), (512, 1), (1024, 2), (1024, 1))
 #: SFace's 112 px five-point template (ArcFace), order: left eye, right eye, nose, left mouth, right mouth
-SFACE_TEMPLATE_112 = np.array(
-    [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float64
-)
+SFACE_TEMPLATE_112 = np.array([[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]], dtype=np.float64)
 
 
 class ConvBNPReLU(nn.Sequential):

@@ -113,8 +113,7 @@ class ModulatedConv2d(nn.Module):
 
     def extra_repr(self) -> str:
         return (
-            f"{self.in_channel}, {self.out_channel}, {self.kernel_size}, upsample={self.upsample}, "
-            f"downsample={self.downsample}, demodulate={self.demodulate}"
+            f"{self.in_channel}, {self.out_channel}, {self.kernel_size}, upsample={self.upsample}, downsample={self.downsample}, demodulate={self.demodulate}"
         )
 
     def forward(self, input: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
@@ -208,9 +207,7 @@ class StyledConv(nn.Module):
         demodulate: bool = True,
     ):
         super().__init__()
-        self.conv = ModulatedConv2d(
-            in_channel, out_channel, kernel_size, style_dim, upsample=upsample, blur_kernel=blur_kernel, demodulate=demodulate
-        )
+        self.conv = ModulatedConv2d(in_channel, out_channel, kernel_size, style_dim, upsample=upsample, blur_kernel=blur_kernel, demodulate=demodulate)
         self.noise = NoiseInjection()
         self.activate = FusedLeakyReLU(out_channel)
 
@@ -401,9 +398,7 @@ class Generator(HubModule):
                 raise ValueError(f"cannot inject at resolution {res}; generator has {self.resolutions}")
             allowed_c = (self.channels[res], 1) if injection_mode == "noise" else (self.channels[res],)
             if feat.ndim != 4 or feat.shape[-2:] != (res, res) or feat.shape[1] not in allowed_c:
-                raise ValueError(
-                    f"injection at {res} px must be [N, {self.channels[res]}, {res}, {res}], got {tuple(feat.shape)}"
-                )
+                raise ValueError(f"injection at {res} px must be [N, {self.channels[res]}, {res}, {res}], got {tuple(feat.shape)}")
             if injection_mode == "noise":
                 for j in self.noise_layers(res):
                     noise[j] = feat
@@ -517,9 +512,7 @@ class ConvLayer(nn.Sequential):
             stride, padding = 2, 0
         else:
             stride, padding = 1, kernel_size // 2
-        layers.append(
-            EqualConv2d(in_channel, out_channel, kernel_size, padding=padding, stride=stride, bias=bias and not activate)
-        )
+        layers.append(EqualConv2d(in_channel, out_channel, kernel_size, padding=padding, stride=stride, bias=bias and not activate))
         if activate:
             layers.append(FusedLeakyReLU(out_channel, bias=bias))
         super().__init__(*layers)

@@ -41,7 +41,16 @@ import torch
 
 from .mobilestylegan import NUM_SLOTS, STYLE_DIM
 
-__all__ = ["DEVIATION_SLOTS", "IDENTITY_SLOTS", "WPlusIdentity", "build_identity_basis", "identity_basis_dir", "load_wplus_identity", "pose_sensitivity", "principal_directions"]
+__all__ = [
+    "DEVIATION_SLOTS",
+    "IDENTITY_SLOTS",
+    "WPlusIdentity",
+    "build_identity_basis",
+    "identity_basis_dir",
+    "load_wplus_identity",
+    "pose_sensitivity",
+    "principal_directions",
+]
 
 #: W+ slots 4-12: the 16, 32 and 64 px blocks (slot s draws at :data:`~zoo.nn.mobilestylegan.SLOT_RESOLUTIONS`)
 IDENTITY_SLOTS = tuple(range(4, 13))
@@ -59,13 +68,28 @@ class WPlusIdentity(torch.nn.Module):
     """Identity code of W+ latents (module docstring). Buffers: ``code_matrix [512,k]``, ``edit_matrix [512,k]``,
     ``span [512,K]``, ``w_mean [512]``."""
 
-    def __init__(self, code_matrix: torch.Tensor, edit_matrix: torch.Tensor, span: torch.Tensor, w_mean: torch.Tensor,
-                 slots: Sequence[int] = IDENTITY_SLOTS, deviation_slots: Sequence[int] = DEVIATION_SLOTS):
+    def __init__(
+        self,
+        code_matrix: torch.Tensor,
+        edit_matrix: torch.Tensor,
+        span: torch.Tensor,
+        w_mean: torch.Tensor,
+        slots: Sequence[int] = IDENTITY_SLOTS,
+        deviation_slots: Sequence[int] = DEVIATION_SLOTS,
+    ):
         super().__init__()
         k = code_matrix.shape[-1]
-        if code_matrix.shape != (STYLE_DIM, k) or edit_matrix.shape != (STYLE_DIM, k) or span.ndim != 2 or span.shape[0] != STYLE_DIM or w_mean.shape != (STYLE_DIM,):
-            raise ValueError(f"code/edit matrices must be [{STYLE_DIM},k], span [{STYLE_DIM},K], w_mean [{STYLE_DIM}]; got "
-                             f"{list(code_matrix.shape)}, {list(edit_matrix.shape)}, {list(span.shape)}, {list(w_mean.shape)}")
+        if (
+            code_matrix.shape != (STYLE_DIM, k)
+            or edit_matrix.shape != (STYLE_DIM, k)
+            or span.ndim != 2
+            or span.shape[0] != STYLE_DIM
+            or w_mean.shape != (STYLE_DIM,)
+        ):
+            raise ValueError(
+                f"code/edit matrices must be [{STYLE_DIM},k], span [{STYLE_DIM},K], w_mean [{STYLE_DIM}]; got "
+                f"{list(code_matrix.shape)}, {list(edit_matrix.shape)}, {list(span.shape)}, {list(w_mean.shape)}"
+            )
         if not slots or min(slots) < 0 or max(slots) >= NUM_SLOTS:
             raise ValueError(f"identity slots must be in 0..{NUM_SLOTS - 1}, got {list(slots)}")
         self.register_buffer("code_matrix", code_matrix.float())
@@ -107,8 +131,14 @@ class WPlusIdentity(torch.nn.Module):
 
         return orthogonal(normals, STYLE_DIM), orthogonal(residual_normals, self.complement_dim)
 
-    def with_code(self, wplus: torch.Tensor, u_new: torch.Tensor, rotation: torch.Tensor | None = None,
-                  residual_rotation: torch.Tensor | None = None, inverse: bool = False) -> torch.Tensor:
+    def with_code(
+        self,
+        wplus: torch.Tensor,
+        u_new: torch.Tensor,
+        rotation: torch.Tensor | None = None,
+        residual_rotation: torch.Tensor | None = None,
+        inverse: bool = False,
+    ) -> torch.Tensor:
         """W+ with identity code ``u_new [N,k]``, its deviations and residual rotated (module docstring; no
         rotation given: left as they are). ``inverse``: rotate with the transposes (the recovery)."""
         m = self._mean(wplus)
@@ -148,11 +178,14 @@ def principal_directions(mapping: torch.nn.Module, n: int = 20000, seed: int = 0
 
 
 @torch.no_grad()
-def pose_sensitivity(generator, directions: torch.Tensor, sigma: torch.Tensor, slots: Sequence[int] = IDENTITY_SLOTS, faces: int = 4, amplitude: float = 2.5, seed: int = 21) -> torch.Tensor:
+def pose_sensitivity(
+    generator, directions: torch.Tensor, sigma: torch.Tensor, slots: Sequence[int] = IDENTITY_SLOTS, faces: int = 4, amplitude: float = 2.5, seed: int = 21
+) -> torch.Tensor:
     """Head-pose gradient ``[D,3]``: (yaw, pitch, roll) change in degrees per sigma of each direction (columns of
     ``directions [512,D]``), from the faces drawn with it added at +amplitude sigma and at -amplitude sigma in
-    ``slots``, averaged over ``faces`` generated faces (truncation 0.7); 256 px, 68 dlib landmarks + solvePnP."""
-    from ..face3d.landmarks import detect_landmarks68, head_pose
+    ``slots``, averaged over ``faces`` generated faces (truncation 0.7); 256 px, the 468-point face mesh's six pose
+    points + solvePnP (:func:`zoo.face_mesh.mesh_head_pose`; never dlib, the evaluation judge)."""
+    from ..face_mesh import mesh_head_pose
     from ..pipeline import ffhq_template
 
     template = ffhq_template(256)
@@ -165,7 +198,7 @@ def pose_sensitivity(generator, directions: torch.Tensor, sigma: torch.Tensor, s
         wp[:faces, list(slots)] += step
         wp[faces:, list(slots)] -= step
         images = ((generator.synthesis(wp, 256).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
-        poses = torch.as_tensor(np.array([head_pose(detect_landmarks68(im, template), im.shape[:2]) for im in images]))
+        poses = torch.as_tensor(np.array([mesh_head_pose(im, template) for im in images]))
         out.append(((poses[:faces] - poses[faces:] + 180) % 360 - 180).mean(0) / (2 * amplitude))
     return torch.stack(out)
 
@@ -182,7 +215,10 @@ def build_identity_basis(generator, k: int = 100, n: int = 20000, seed: int = 0,
     Q = full[:, 3:big_k]
     Q = Q * torch.sign(Q.gather(0, Q.abs().argmax(0, keepdim=True)))
     tensors = {
-        "code_matrix": (U / sigma) @ Q, "edit_matrix": (U * sigma) @ Q, "span": U, "w_mean": pcs["w_mean"],
+        "code_matrix": (U / sigma) @ Q,
+        "edit_matrix": (U * sigma) @ Q,
+        "span": U,
+        "w_mean": pcs["w_mean"],
     }
     summary = {
         "pose_gradient_deg_per_sigma": {str(i): [round(float(v), 2) for v in grad[i]] for i in range(big_k)},
@@ -230,7 +266,9 @@ def main(argv: list[str] | None = None) -> None:
     config = {
         "what": "identity basis of W+ for the keyed identity transforms (zoo.nn.wplus_identity)",
         "generator": "MobileStyleGAN (random-face wheel, converted)",
-        "identity_slots": list(slots), **settings, **summary,
+        "identity_slots": list(slots),
+        **settings,
+        **summary,
         "built_by": "python -m zoo.nn.wplus_identity",
     }
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
