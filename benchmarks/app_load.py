@@ -1,7 +1,7 @@
 """The app under load: are bad uploads answered at once while the methods are busy, and do originals leak?
 
-    python benchmarks/app_load.py                       # 20 concurrent anonymize requests (personal + blur)
-    python benchmarks/app_load.py --requests 20 --methods personal,blur --bad-rounds 3
+    python -m benchmarks.app_load                       # 20 concurrent anonymize requests (personal + blur)
+    python -m benchmarks.app_load --requests 20 --methods personal,blur --bad-rounds 3
 
 Starts ``space_app`` on localhost (offline), sends ``--requests`` anonymize requests at once through
 ``gradio_client``, and while they are running sends bad requests (a text file named .png, a PNG whose header
@@ -210,7 +210,7 @@ def main(argv: list[str] | None = None) -> dict:
     lines = [
         "# The app under load (benchmarks/app_load.py)",
         "",
-        f"`python benchmarks/app_load.py --requests {args.requests} --methods {args.methods} --bad-rounds {args.bad_rounds}`"
+        f"`python -m benchmarks.app_load --requests {args.requests} --methods {args.methods} --bad-rounds {args.bad_rounds}`"
         f" on {result['machine']}; {result['slots']} slots for the methods.",
         "",
         "| measure | value |",

@@ -14,7 +14,11 @@ place of that face (all measures use dlib, which no method uses):
 * ``mouth`` / ``eyes``: change of the inner-lip gap and of the eye opening, in outer-eye-corner distances;
 * ``face_de``: CIE76 dE between the mean Lab colours inside the original's 68-landmark hull (jaw and brows);
 * ``ring_de``: the same for the skin ring just outside that hull (from 2% to 8% of the face size);
-* ``sharpness``: Laplacian variance inside the hull, output over original.
+* ``sharpness``: Laplacian variance inside the hull, output over original;
+* reversible methods: the anonymized photo recovered with the right key (as a saved PNG would be: the carrier
+  block is read back from the pixels) and with a wrong key: ``recovered_same`` / ``wrong_key_same`` (dlib same
+  person at the original's place) and ``recovered_closer`` (the recovery nearer the original than the anonymized
+  face, by dlib distance).
 
 ``--paste`` measures the plain 5-point paste (compositing off) for comparison. Medians with the tuning and
 held-out splits apart; rates with 95% Wilson intervals. Writes ``benchmarks/results/appearance[_paste].{json,md}``;
@@ -87,19 +91,31 @@ def _openings(lm: np.ndarray) -> tuple[float, float]:
     return mouth / scale, float(eyes) / scale
 
 
-def measure_face(eye: DlibEye, original: np.ndarray, output: np.ndarray, box: np.ndarray, out_boxes: list[np.ndarray]) -> dict:
-    """Every measure of one face (the original's dlib CNN box ``box``) in ``output``."""
+def _dlib_face(original: np.ndarray, box: np.ndarray):
+    """(68 landmarks of the original, a DetectedFace at the original's place for dlib's descriptor)."""
     from zoo.pipeline import DetectedFace
 
+    lm_in = predict_landmarks68(original, tuple(int(round(v)) for v in box))
+    return lm_in, DetectedFace(np.asarray(box, np.float64), lm_in[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
+
+
+def dlib_distance(eye: DlibEye, original: np.ndarray, image: np.ndarray, box: np.ndarray) -> float:
+    """dlib descriptor distance between the original face and ``image`` at the original's place."""
+    _, det = _dlib_face(original, box)
+    return float(eye.judge.distance(eye.judge.embed_photo_faces(original, [det]), eye.judge.embed_photo_faces(image, [det], shapes_from=original))[0])
+
+
+def measure_face(eye: DlibEye, original: np.ndarray, output: np.ndarray, box: np.ndarray, out_boxes: list[np.ndarray]) -> dict:
+    """Every appearance measure of one face (the original's dlib CNN box ``box``) in ``output``."""
     b = tuple(int(round(v)) for v in box)
-    lm_in, lm_out = predict_landmarks68(original, b), predict_landmarks68(output, b)
+    lm_in, _ = _dlib_face(original, box)
+    lm_out = predict_landmarks68(output, b)
     scale = max(float(np.hypot(*(lm_in[45] - lm_in[36]))), 1e-6)
     face, ring = _hull_masks(original.shape[:2], lm_in)
     pose_in, pose_out = head_pose(lm_in, original.shape[:2]), head_pose(lm_out, original.shape[:2])
     yaw = float(abs((pose_out[0] - pose_in[0] + 180.0) % 360.0 - 180.0))
     (m_in, e_in), (m_out, e_out) = _openings(lm_in), _openings(lm_out)
-    det = DetectedFace(np.asarray(box, np.float64), lm_in[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
-    d = float(eye.judge.distance(eye.judge.embed_photo_faces(original, [det]), eye.judge.embed_photo_faces(output, [det], shapes_from=original))[0])
+    d = dlib_distance(eye, original, output, box)
     return {
         "detected": any(_iou(box, o) >= 0.3 for o in out_boxes),
         "same": d < eye.judge.threshold,
@@ -119,7 +135,11 @@ def summarise(rows: list[dict]) -> dict:
         return {"n": 0}
     med = {k: round(float(np.median([r[k] for r in rows])), 3) for k in ("nme", "yaw", "mouth", "eyes", "face_de", "ring_de", "sharpness")}
     n = len(rows)
+    recovery = {}
+    if all("recovered_same" in r for r in rows):
+        recovery = {k: rate(sum(r[k] for r in rows), n) for k in ("recovered_same", "recovered_closer", "wrong_key_same")}
     return {
+        **recovery,
         "n": n,
         "detected": rate(sum(r["detected"] for r in rows), n),
         "same": rate(sum(r["same"] for r in rows), n),
@@ -128,6 +148,13 @@ def summarise(rows: list[dict]) -> dict:
         "sharpness_ok": rate(sum(0.6 <= r["sharpness"] <= 1.4 for r in rows), n),
         "median": med,
     }
+
+
+def _recovery_cells(s: dict) -> str:
+    if "recovered_same" not in s:
+        return "- | -"
+    n = s["n"]
+    return f"{s['recovered_same']['k']}/{n} {s['recovered_same']['95ci']} / {s['recovered_closer']['k']}/{n} | {s['wrong_key_same']['k']}/{n} {s['wrong_key_same']['95ci']}"
 
 
 def contact_sheet(photo: np.ndarray, columns: list[tuple[str, np.ndarray]], height: int = 256) -> np.ndarray:
@@ -150,6 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--paste", action="store_true", help="compositing off: the plain 5-point paste")
     ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG of this photo set's first photo")
     ap.add_argument("--sheet-photo", default="astronaut")
+    ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -181,16 +209,27 @@ def main(argv: list[str] | None = None) -> int:
             seconds[method] += time.perf_counter() - t0
             out = np.asarray(result)
             out_boxes = eye.boxes(out)
+            recovered = wrong = None
+            if m.reversible and not args.no_recovery:
+                recovered = np.asarray(m.recover(out, key=KEY))
+                wrong = np.asarray(m.recover(out, key=KEY + " (wrong)"))
             for i, box in enumerate(boxes):
                 row = {"photo": name, "split": split, "face": i, **measure_face(eye, rgb, out, box, out_boxes)}
+                if recovered is not None:
+                    d_rec = dlib_distance(eye, rgb, recovered, box)
+                    row.update(
+                        recovered_distance=round(d_rec, 4),
+                        recovered_same=d_rec < eye.judge.threshold,
+                        recovered_closer=d_rec < row["dlib_distance"],
+                        wrong_key_same=dlib_distance(eye, rgb, wrong, box) < eye.judge.threshold,
+                    )
                 rows[method].append(row)
                 print(method, name, i, row, flush=True)
             if args.sheet and name == args.sheet_photo:
                 sheet_photo = rgb
                 sheet_cols.append((method, out))
-                if method == "dbaf" and m.reversible:
-                    rec = m.recover(out, key=KEY)
-                    sheet_cols.append(("dbaf recovered (right key)", np.asarray(rec)))
+                if method == "dbaf" and recovered is not None:
+                    sheet_cols.append(("dbaf recovered (right key)", recovered))
 
     result = {
         "command": command_line("benchmarks.appearance", argv),
@@ -210,8 +249,8 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{result['command']}`. dlib judges every column; medians over faces; targets: ring dE <= 2.5, face dE <= 6, sharpness 0.6-1.4.",
         "",
-        "| method | split | N | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw (deg) | NME | mouth | eyes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | split | N | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw (deg) | NME | mouth | eyes | right key: same / closer | wrong key: same |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -221,7 +260,7 @@ def main(argv: list[str] | None = None) -> int:
             med = s["median"]
             md.append(
                 f"| {m} | {split} | {s['n']} | {s['detected']['k']}/{s['n']} | {s['same']['k']}/{s['n']} {s['same']['95ci']} | {med['face_de']} | {med['ring_de']} | "
-                f"{med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} |"
+                f"{med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
             )
     out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
     write_results(out_path, result, md)

@@ -1,6 +1,6 @@
 """Batched throughput of every installed method: aligned faces per second and whole-photo latency.
 
-    python benchmarks/batch_speed.py --threads 2 [--batch 32] [--methods blur,personal,...]
+    python -m benchmarks.batch_speed --threads 2 [--batch 32] [--methods blur,personal,...]
 
 For each method whose weights are here: ``anonymize`` of ``--batch`` aligned faces in one call (the
 faces go through the method in batches of ``max_batch``), and of the bundled group photo (every face
@@ -72,7 +72,7 @@ def main(argv: list[str] | None = None) -> dict:
         rows.append(row)
         print(row, flush=True)
 
-    command = "python benchmarks/batch_speed.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m benchmarks.batch_speed " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     machine = f"{platform.machine()} {platform.processor() or ''}".strip() if args.device == "cpu" else torch.cuda.get_device_name()
     out = {
         "command": command,

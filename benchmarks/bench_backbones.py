@@ -12,9 +12,9 @@ For every model x batch x dtype x mode it times forward passes under ``torch.inf
 Weights are random (throughput does not depend on them), so it runs offline. Results go to
 ``benchmarks/results/<device-name>.json`` and ``.md``.
 
-    python benchmarks/bench_backbones.py                 # CUDA if available, else CPU
-    python benchmarks/bench_backbones.py --quick         # CPU-friendly: 1 timed iteration
-    python benchmarks/bench_backbones.py --device cpu --batches 1 --modes eager
+    python -m benchmarks.bench_backbones                 # CUDA if available, else CPU
+    python -m benchmarks.bench_backbones --quick         # CPU-friendly: 1 timed iteration
+    python -m benchmarks.bench_backbones --device cpu --batches 1 --modes eager
 """
 
 from __future__ import annotations
@@ -193,7 +193,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "quick": args.quick,
         "warmup": 0 if args.quick else args.warmup,
         "iters": "quick" if args.quick else args.iters,
-        "command": "python benchmarks/bench_backbones.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "python -m benchmarks.bench_backbones " + " ".join(argv if argv is not None else sys.argv[1:]),
         "notes": [
             "Random weights; TF32 allowed on CUDA. stylegan2 = Generator(256) config-f synthesize(W+) with "
             "const noise; e4e = Encoder4Editing() IR-SE50 forward on 256x256. images/s = batch * iters / time."

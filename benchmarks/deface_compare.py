@@ -1,6 +1,6 @@
 """Baselines against deface 1.5.0, same photos, same run: faces still recognised, distances, photos/s.
 
-    python benchmarks/deface_compare.py [--methods blur,pixelate,noise,mask] [--threads 2]
+    python -m benchmarks.deface_compare [--methods blur,pixelate,noise,mask] [--threads 2]
                                         [-c blur:strength=0.7 ...]
 
 Photos and known faces: ``real_photos.py`` (t1, astronaut, camera, crowd: 62 faces), each as taken,
@@ -27,16 +27,15 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-import real_photos as RP  # noqa: E402
+from benchmarks import real_photos as RP
+
+HERE = Path(__file__).resolve().parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 
 def _deface_runner(threshold: float = 0.2, mask_scale: float = 1.3):
@@ -208,7 +207,7 @@ def to_markdown(res: dict) -> str:
     lines = [
         f"# Baselines vs deface 1.5.0 ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} known faces per transform)",
         "",
-        f"`python benchmarks/deface_compare.py`; CPU, {res['threads']} threads, {res['photo_runs']} photo runs per method, zoo detector `{res.get('detector')}`."
+        f"`python -m benchmarks.deface_compare`; CPU, {res['threads']} threads, {res['photo_runs']} photo runs per method, zoo detector `{res.get('detector')}`."
         + (f" Controls: {res['controls']}." if res["controls"] else " Defaults."),
         "",
         f"Faces matched by dlib (< 0.6) / by SFace (>= 0.363 cosine) / untouched, per transform. Faces under {MIN_JUDGED:g} px "

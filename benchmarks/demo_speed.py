@@ -1,7 +1,7 @@
 """Seconds per aligned face for the bundled demo checkpoints on this machine (anonymize and recover).
 
-    python benchmarks/demo_speed.py --threads 2 --methods personal,ifadit
-    python benchmarks/demo_speed.py --settings "" identity_refine=0 identity_check=1
+    python -m benchmarks.demo_speed --threads 2 --methods personal,ifadit
+    python -m benchmarks.demo_speed --settings "" identity_refine=0 identity_check=1
 
 One 64 px generated face through ``anonymize(..., aligned=True)`` and ``recover``, once per ``--settings``
 entry (controls as NAME=VALUE,...; "" = the defaults: 20 refinement steps, and the identity-aware
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 times["recover"].append(time.perf_counter() - t)
             rows.append({"method": name, "controls": controls, **{k: round(statistics.median(v), 3) for k, v in times.items()}, "weights": m.weights.label})
             print(rows[-1], flush=True)
-    cmd = ("python benchmarks/demo_speed.py " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))).strip()
+    cmd = ("python -m benchmarks.demo_speed " + " ".join(shlex.quote(a) for a in (sys.argv[1:] if argv is None else argv))).strip()
     machine = f"{platform.processor() or platform.machine()}, {args.threads} torch threads, torch {torch.__version__}"
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps({"command": cmd, "machine": machine, "rows": rows}, indent=1))

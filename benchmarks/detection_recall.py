@@ -1,6 +1,6 @@
 """Face-detection recall on real photos with known faces, per transform, and time per photo.
 
-    python benchmarks/detection_recall.py [--configs yunet:0,yunet,yunet:2,...] [--threads 2]
+    python -m benchmarks.detection_recall [--configs yunet:0,yunet,yunet:2,...] [--threads 2]
 
 A config is ``DETECTOR[:UPSCALE]`` (``DETECTOR`` as ``zoo.pipeline.detect_faces`` takes it, e.g.
 ``yunet+centerface``; ``UPSCALE`` 0 = no upscaled pass, none = the default ``zoo.pipeline.UPSCALE``). Photos and known faces: ``real_photos.py``
@@ -16,16 +16,15 @@ import argparse
 import json
 import os
 import platform
-import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
+import numpy as np
 
-import numpy as np  # noqa: E402
-import real_photos as RP  # noqa: E402
+from benchmarks import real_photos as RP
+
+HERE = Path(__file__).resolve().parent
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 DEFAULT_CONFIGS = "yunet:0,yunet,centerface:0,retinaface:0,yunet+centerface:0,yunet+centerface,yunet+retinaface"
 
@@ -100,7 +99,7 @@ def to_markdown(res: dict) -> str:
     lines = [
         f"# Face-detection recall on real photos ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} faces per transform)",
         "",
-        f"`python benchmarks/detection_recall.py`; CPU, {res['threads']} threads. Faces found / {n} per transform.",
+        f"`python -m benchmarks.detection_recall`; CPU, {res['threads']} threads. Faces found / {n} per transform.",
         "",
         "| detector:upscale | " + " | ".join(tr) + " | all | extra boxes | coffee | s/photo |",
         "|---|" + "---|" * (len(tr) + 4),

@@ -1,6 +1,6 @@
 """What the privacy guard does to wrong-key recovery: held-out generated faces, guard off and on.
 
-    python benchmarks/guard_wrong_key.py [--methods personal,ifadit,dbaf,hford] [--n 200] [--threads 1]
+    python -m benchmarks.guard_wrong_key [--methods personal,ifadit,dbaf,hford] [--n 200] [--threads 1]
 
 Per method: the evaluator's held-out faces (``synthetic:N:1``, 256 px aligned crops), anonymized with
 the evaluator's key ("evaluation key") with the privacy guard off and on, then recovered from the
@@ -36,7 +36,6 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     torch.set_num_threads(args.threads)
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from training.evaluate import load_eval_images, rate
     from zoo import load
     from zoo.judges import get_judge
@@ -44,7 +43,7 @@ def main(argv: list[str] | None = None) -> dict:
     images, _ = load_eval_images(f"synthetic:{args.n}:1", 256)
     judge = get_judge("dlib")
     e_orig = judge.embed_aligned(images)
-    out: dict = {"command": " ".join(["python benchmarks/guard_wrong_key.py", *(argv if argv is not None else sys.argv[1:])]), "faces": args.n, "methods": {}}
+    out: dict = {"command": " ".join(["python -m benchmarks.guard_wrong_key", *(argv if argv is not None else sys.argv[1:])]), "faces": args.n, "methods": {}}
     md = [
         f"Command: `{out['command']}`; {args.n} held-out generated faces (seed 1), dlib at 0.6, value [95% Wilson interval].",
         "",

@@ -1,7 +1,7 @@
 """IDEudemon demo tier, measured: the privacy dial on real and held-out faces with the dlib judge.
 
-    OMP_NUM_THREADS=1 python benchmarks/ideudemon_demo.py --config training/configs/ideudemon_demo.yaml
-    python benchmarks/ideudemon_demo.py --checkpoint zoo/weights/ideudemon          # what ships
+    OMP_NUM_THREADS=1 python -m benchmarks.ideudemon_demo --config training/configs/ideudemon_demo.yaml
+    python -m benchmarks.ideudemon_demo --checkpoint zoo/weights/ideudemon          # what ships
 
 Data (FFHQ-aligned crops at the method's resolution, as ``training.evaluate`` makes them):
 
@@ -318,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
     photos = measure_photos(method, bundled + held, [s for s in scales if s > 0], a.keys)
     tim = timing(method, real_b[0] if len(real_b) else synth[0], a.threads)
     print(f"[timing] {tim}", flush=True)
-    command = "python benchmarks/ideudemon_demo.py " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m benchmarks.ideudemon_demo " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     res = {
         "command": command,
         "weights_label": getattr(method, "weights_label", None) or "full method",

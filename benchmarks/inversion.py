@@ -1,6 +1,6 @@
 """How well the demo backbone re-encodes its own faces: dlib same person, image L1 and latent cosine.
 
-    python benchmarks/inversion.py --encoder outputs/dcgan_encoder/stage2/model/encoder --n 48 --steps 0,20,60
+    python -m benchmarks.inversion --encoder outputs/dcgan_encoder/stage2/model/encoder --n 48 --steps 0,20,60
 
 Held-out generated faces (seed 1, indices from 10^9), rounded to 8 bits; writes
 ``benchmarks/results/inversion_cpu.{json,md}``.
@@ -31,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--n", type=int, default=48)
     p.add_argument("--steps", default="0,20,60")
     args = p.parse_args(argv)
-    folder = args.encoder or str(Path(__file__).resolve().parents[1] / "zoo" / "weights" / "personal" / "encoder")
+    folder = args.encoder or str(Path(__file__).resolve().parents[1] / "zoo" / "weights" / "shared" / "dcgan_encoder")
     enc = InversionEncoder.from_pretrained(folder).float().eval()
     g = DCGANGenerator()
     z = torch.stack([latent_for(1, 10**9 + i) for i in range(args.n)])
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
             }
         )
         print(rows[-1], flush=True)
-    cmd = "python benchmarks/inversion.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    cmd = "python -m benchmarks.inversion " + " ".join(sys.argv[1:] if argv is None else argv)
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps({"command": cmd, "encoder": folder, "rows": rows}, indent=1))
     md = [

@@ -1,7 +1,7 @@
 """The judge's floor on the evaluator's generated faces: how often an unrelated random face is called the
 same person as the original. No method's "anonymized" or "wrong-key recovery" rate can be expected below it.
 
-    python benchmarks/judge_floor.py [--faces 200] [--seed 1] [--draws 4] [--judge dlib]
+    python -m benchmarks.judge_floor [--faces 200] [--seed 1] [--draws 4] [--judge dlib]
 
 The originals are the evaluator's held-out faces (``synthetic:N:SEED``, the bundle's default seed 1). For
 each, ``--draws`` random faces are drawn from the packaged DCGAN two ways: a fresh prior code z ~ N(0, I)
@@ -61,7 +61,7 @@ def main(argv: list[str] | None = None) -> dict:
                 "original_vs_random_same_person": rate(np.concatenate([judge.same_person(e0, e) for e in embs])),
                 "random_pairs_same_person": rate(np.concatenate([judge.same_person(a, b) for a, b in itertools.combinations(embs, 2)])),
             }
-    command = ("python benchmarks/judge_floor.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
+    command = ("python -m benchmarks.judge_floor " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
     out = {
         "judge": args.judge,
         "dataset": ds,

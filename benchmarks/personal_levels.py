@@ -1,6 +1,6 @@
 """`personal` at every privacy level d = 0..9, judged by dlib (never used in training) on held-out faces.
 
-    python benchmarks/personal_levels.py [--local-dir DIR] [--faces 100] [--judge dlib]
+    python -m benchmarks.personal_levels [--local-dir DIR] [--faces 100] [--judge dlib]
 
 Per level: anonymized faces still matched to the original, mean judge distance to the original (must
 rise with d), right-key recovery and wrong-key recovery matched, and two passwords' outputs of one face
@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "two_passwords_same_person": rate(judge.same_person(e_an, e_an2)),
                 }
             )
-    command = "python benchmarks/personal_levels.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = "python -m benchmarks.personal_levels " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     out = {
         "method": "personal",
         "weights": m.weights_text,

@@ -1,6 +1,6 @@
 """What a wrong password leaves of the original in `personal`'s closed-form inverse (eq. 16-17), per level.
 
-    python benchmarks/personal_wrong_key.py [--faces 400] [--seed 3]
+    python -m benchmarks.personal_wrong_key [--faces 400] [--seed 3]
 
 Latent path only (no judge): unit codes of held-out synthetic faces (``zoo.synthetic.latent_for``), a
 random password to anonymize (eq. 13-14, oriented reference) and another to recover. Per level d = 0..9:
@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> list[dict]:
                 "right_key_cosine_min": float((r * z).sum(1).min()),
             }
         )
-    command = " ".join(["python benchmarks/personal_wrong_key.py", *(argv if argv is not None else sys.argv[1:])])
+    command = " ".join(["python -m benchmarks.personal_wrong_key", *(argv if argv is not None else sys.argv[1:])])
     OUT.parent.mkdir(parents=True, exist_ok=True)
     OUT.with_suffix(".json").write_text(json.dumps({"command": command, "faces": n, "rows": rows}, indent=1))
     md = [

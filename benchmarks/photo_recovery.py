@@ -13,9 +13,9 @@ any method, the guard or the refinement). Per setting of the controls:
 * mean dlib distances, and seconds per photo (anonymize + recover),
 * every face-key that misses a target (still matched, or recovery not closer), with both distances.
 
-    python benchmarks/photo_recovery.py            # -> benchmarks/results/photo_recovery_cpu.{md,json}
-    python benchmarks/photo_recovery.py --methods ifadit --keys 2 --settings "identity_refine=0" "" "identity_check=1"
-    python benchmarks/photo_recovery.py --key-names "evaluation key" --settings "" --threads 1   # training.bundle's key
+    python -m benchmarks.photo_recovery            # -> benchmarks/results/photo_recovery_cpu.{md,json}
+    python -m benchmarks.photo_recovery --methods ifadit --keys 2 --settings "identity_refine=0" "" "identity_check=1"
+    python -m benchmarks.photo_recovery --key-names "evaluation key" --settings "" --threads 1   # training.bundle's key
 
 Settings: comma-separated controls; "" = the defaults (the identity-aware re-inversion of faces whose pixel
 fit SFace puts below cosine 0.4), ``identity_refine=0`` = the pixel fit alone.
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> dict:
                 }
             )
             print(json.dumps(rows[-1], default=str), flush=True)
-    command = ("python benchmarks/photo_recovery.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
+    command = ("python -m benchmarks.photo_recovery " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))).strip()
     out = {
         "photos": [p[0] for p in photos],
         "faces": sum(len(p[2]) for p in photos),

@@ -14,10 +14,10 @@ seeded by the key, so the new face does not depend on the person at all; the pix
 thrown away), same alignment, paste-back and guard. Whatever dlib still matches there is chance: a rate
 that no face replacement on this backbone, judged by dlib and guarded by SFace, can be expected to beat.
 
-    python benchmarks/privacy_guard.py                      # -> benchmarks/results/privacy_guard_cpu.{md,json}
-    python benchmarks/privacy_guard.py --methods dbaf --keys 2
-    python benchmarks/privacy_guard.py --modes on             # guard on only (the off columns read '-')
-    python benchmarks/privacy_guard.py --methods random-face,hford --keys 24 --out benchmarks/results/privacy_guard_floor_cpu
+    python -m benchmarks.privacy_guard                      # -> benchmarks/results/privacy_guard_cpu.{md,json}
+    python -m benchmarks.privacy_guard --methods dbaf --keys 2
+    python -m benchmarks.privacy_guard --modes on             # guard on only (the off columns read '-')
+    python -m benchmarks.privacy_guard --methods random-face,hford --keys 24 --out benchmarks/results/privacy_guard_floor_cpu
 """
 
 from __future__ import annotations
@@ -139,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     if not modes or set(modes) - {"off", "on"}:
         ap.error("--modes takes off, on or off,on")
     result = run([m.strip() for m in args.methods.split(",") if m.strip()], args.keys, args.threads, modes, args.guard_variants)
-    result["command"] = "python benchmarks/privacy_guard.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    result["command"] = "python -m benchmarks.privacy_guard " + " ".join(argv if argv is not None else sys.argv[1:])
     result["machine"] = f"{platform.processor() or platform.machine()}, {args.threads} thread(s)"
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)

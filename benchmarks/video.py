@@ -1,7 +1,7 @@
 """Video benchmark: tracked faces left untouched, one fake identity per track, recovery, speed.
 
-    HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/video.py            # ~ a few minutes
-    HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/video.py --methods blur,personal --frames 24
+    HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.video            # ~ a few minutes
+    HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.video --methods blur,personal --frames 24
 
 The clip is built offline: a 400x272 window panning and zooming over the packaged group photo
 (``example:group``, 6 faces), ``--frames`` frames at 8 fps with a 440 Hz tone as audio. Ground-truth
@@ -36,15 +36,14 @@ import cv2
 import numpy as np
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+import zoo.video as zv
+from zoo import load
+from zoo.assets import example_images
+from zoo.imageio import load_image
+from zoo.judges import get_judge
+from zoo.pipeline import DetectedFace, detect_faces
 
-import zoo.video as zv  # noqa: E402
-from zoo import load  # noqa: E402
-from zoo.assets import example_images  # noqa: E402
-from zoo.imageio import load_image  # noqa: E402
-from zoo.judges import get_judge  # noqa: E402
-from zoo.pipeline import DetectedFace, detect_faces  # noqa: E402
+ROOT = Path(__file__).resolve().parents[1]
 
 WIN_W, WIN_H = 400, 272
 
@@ -216,7 +215,7 @@ def main(argv=None) -> int:
     import av
 
     doc = {
-        "command": "HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python benchmarks/video.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "command": "HF_HUB_OFFLINE=1 OMP_NUM_THREADS=1 .venv/bin/python -m benchmarks.video " + " ".join(argv if argv is not None else sys.argv[1:]),
         "machine": {
             "cpu": cpu,
             "cores": os.cpu_count(),

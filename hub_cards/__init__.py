@@ -515,11 +515,13 @@ _SKIP_SUFFIXES = (".pt", ".pth", ".pkl", ".pickle", ".ckpt", ".bin")
 
 
 def _checkpoint_files(folder: Path) -> list[tuple[str, Path]]:
-    """(path in repo, local path) of every file to upload: safetensors/JSON/text, never pickles."""
+    """(path in repo, local path) of every file to upload: safetensors/JSON/text, never pickles. A component that
+    refers to a shared network (:func:`zoo.hub.link_shared`) is uploaded as that network's files."""
+    from zoo.hub import checkpoint_files
+
     files = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder).as_posix()
-        if not path.is_file() or rel == "README.md" or rel.startswith((".", "state/")) or "/." in rel:
+    for rel, path in checkpoint_files(folder):
+        if rel == "README.md" or rel.startswith((".", "state/")) or "/." in rel:
             continue
         if path.suffix.lower() in _SKIP_SUFFIXES:
             continue

@@ -416,10 +416,7 @@ def test_upscaled_pass_keeps_tiny_faces_but_no_large_unsure_boxes():
 
 
 def _fixture():
-    import sys
-
-    sys.path.insert(0, str(P.Path(__file__).resolve().parents[1] / "benchmarks"))
-    import real_photos
+    from benchmarks import real_photos
 
     return real_photos
 

@@ -173,6 +173,10 @@ def bundle(
         shutil.rmtree(dest)
     shutil.copytree(tmp, dest)
     shutil.rmtree(tmp, ignore_errors=True)
+    if not out:  # bundled into the package: a network stored in zoo/weights/shared is referenced, not copied
+        from zoo.hub import link_shared
+
+        link_shared(dest)
     res = Path(results) if results else REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu"
     res.parent.mkdir(parents=True, exist_ok=True)
     # evaluator entries as a list (the layout hub_cards reads), whole-photo rows beside them

@@ -16,6 +16,12 @@ component::
 :func:`resolve_checkpoint` turns a repo id (+ revision) or a local folder into a local folder,
 honouring ``HF_HUB_OFFLINE`` and failing with :class:`WeightsNotFoundError`, whose message names the
 repo and how to get the weights.
+
+A network that several bundled checkpoints share (the demo tier's DCGAN encoder) is stored once, in
+``zoo/weights/shared/<network>/``; each checkpoint's component folder then holds only
+``config.json = {"shared": "<network>"}`` (:func:`link_shared` writes it, :func:`load_components` follows it).
+:func:`checkpoint_files` lists a checkpoint's files with shared networks filled in, so a pushed Hub repo is
+self-contained.
 """
 
 from __future__ import annotations
@@ -35,11 +41,16 @@ __all__ = [
     "resolve_checkpoint",
     "save_components",
     "load_components",
+    "component_dir",
+    "link_shared",
+    "checkpoint_files",
     "hub_offline",
     "zoo_cache_dir",
 ]
 
 METHOD_INDEX = "method.json"
+#: networks stored once and referenced by the bundled checkpoints that use them
+SHARED_DIR = Path(__file__).resolve().parent / "weights" / "shared"
 
 
 class WeightsNotFoundError(FileNotFoundError):
@@ -178,7 +189,75 @@ def load_components(
     components: dict[str, HubModule] = {}
     for name, qualname in index["components"].items():
         cls = _import_qualname(qualname)
-        components[name] = cls.from_pretrained(str(folder / name))
+        components[name] = cls.from_pretrained(str(component_dir(folder, name)))
     extra_file = folder / "extra.safetensors"
     extra = load_file(str(extra_file)) if extra_file.is_file() else {}
     return index.get("config", {}), components, extra
+
+
+def shared_name(component_folder: Path) -> str | None:
+    """The shared network a component folder refers to (its config.json is ``{"shared": name}``), else None."""
+    cfg = Path(component_folder) / "config.json"
+    if (Path(component_folder) / "model.safetensors").is_file() or not cfg.is_file():
+        return None
+    name = json.loads(cfg.read_text()).get("shared")
+    if name is None:
+        return None
+    if not isinstance(name, str) or not name.replace("_", "").isalnum():
+        raise ValueError(f"{cfg}: shared network name must be a plain name, got {name!r}")
+    return name
+
+
+def component_dir(folder: str | os.PathLike, name: str) -> Path:
+    """Where component ``name`` of the checkpoint in ``folder`` is stored: its own subfolder, or the shared
+    network it refers to (:data:`SHARED_DIR`)."""
+    own = Path(folder) / name
+    shared = shared_name(own)
+    if shared is None:
+        return own
+    target = SHARED_DIR / shared
+    if not (target / "model.safetensors").is_file():
+        raise WeightsNotFoundError(f"{own} refers to the shared network {shared!r}, which is not in {SHARED_DIR}")
+    return target
+
+
+def link_shared(folder: str | os.PathLike) -> list[str]:
+    """Replace every component of the checkpoint in ``folder`` whose ``model.safetensors`` is byte-identical to a
+    shared network's by a reference to it. Returns the components replaced."""
+    import filecmp
+    import shutil
+
+    folder = Path(folder)
+    index = json.loads((folder / METHOD_INDEX).read_text())
+    replaced = []
+    for name in index["components"]:
+        weights = folder / name / "model.safetensors"
+        if not weights.is_file() or not SHARED_DIR.is_dir():
+            continue
+        for shared in sorted(p for p in SHARED_DIR.iterdir() if (p / "model.safetensors").is_file()):
+            if filecmp.cmp(weights, shared / "model.safetensors", shallow=False) and filecmp.cmp(
+                folder / name / "config.json", shared / "config.json", shallow=False
+            ):
+                shutil.rmtree(folder / name)
+                (folder / name).mkdir()
+                (folder / name / "config.json").write_text(json.dumps({"shared": shared.name}) + "\n")
+                replaced.append(name)
+                break
+    return replaced
+
+
+def checkpoint_files(folder: str | os.PathLike) -> list[tuple[str, Path]]:
+    """(path in the checkpoint, local file) of every file of the checkpoint in ``folder``, a shared network's files
+    standing in for the reference to it: what a self-contained copy (a Hub repo) holds."""
+    folder = Path(folder)
+    files = []
+    for path in sorted(folder.rglob("*")):
+        if not path.is_file():
+            continue
+        rel = path.relative_to(folder)
+        if len(rel.parts) == 2 and rel.name == "config.json" and shared_name(path.parent) is not None:
+            target = component_dir(folder, rel.parts[0])
+            files += [(f"{rel.parts[0]}/{p.name}", p) for p in sorted(target.iterdir()) if p.is_file()]
+            continue
+        files.append((rel.as_posix(), path))
+    return files

@@ -16,7 +16,7 @@ mask       opacity of a flat fill (``fill``: gray, black, white) or an image fil
 =========  =====================================================================  =======
 
 Defaults, measured on the packaged real photos (t1, astronaut, camera and a crowd of 54 small faces; as
-taken, turned 90/180/270, mirrored, 0.25x and grayscale; ``python benchmarks/deface_compare.py``, next to
+taken, turned 90/180/270, mirrored, 0.25x and grayscale; ``python -m benchmarks.deface_compare``, next to
 deface): after every baseline neither dlib nor SFace matches any of the 379 judged faces (noise: with
 the benchmark's key; over 48 other keys dlib still matched the near-profile camera face 4 times, see
 ``AdditiveNoise.PHOTO_STD``).
