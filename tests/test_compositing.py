@@ -48,13 +48,26 @@ def test_small_face_gets_no_mesh(astronaut):
     assert mask is None and kind == "5-point"
 
 
-def test_hull_mask_covers_the_hull_and_nothing_far_away():
+def test_hull_mask_is_one_inside_the_hull_and_zero_beyond_grow():
     pts = np.array([[30, 30], [70, 30], [70, 80], [30, 80], [50, 55]], np.float64)
-    m = compositing.hull_mask((120, 120), [pts], grow=3, feather=6)
+    m = compositing.hull_mask((120, 120), [pts], grow=3, feather=8)
     assert m.dtype == np.float32 and m.shape == (120, 120)
-    assert np.all(m[30:81, 30:71] == 1.0)  # the hull and its border
-    assert np.all(m[:20] == 0) and np.all(m[:, 80:] == 0)  # beyond grow + feather + 1
-    assert 0 < m[55, 75] < 1  # inside the feather band: a ramp
+    assert np.all(m[36:75, 36:65] == 1.0)  # deeper than feather - grow = 5 px inside the hull
+    assert np.all(m[:26] == 0) and np.all(m[:, 75:] == 0)  # beyond grow (+1 px of distance rounding)
+    assert 0 < m[55, 32] < 1 and 0 < m[55, 71] < 1  # the edge: a ramp across the hull's boundary
+
+
+def test_feature_mask_covers_each_feature_with_its_margin():
+    mesh = np.zeros((468, 2))
+    mesh[:] = [100, 100]
+    for k, idx in enumerate(compositing.FEATURE_POINTS):
+        centre = np.array([30 + 35 * k, 40])
+        mesh[list(idx)] = centre + np.random.default_rng(k).uniform(-5, 5, (len(idx), 2))
+    m = compositing.feature_mask((120, 200), mesh, margin=4)
+    for k in range(len(compositing.FEATURE_POINTS)):
+        cx = 30 + 35 * k
+        assert m[40, cx] == 1 and m[40, cx + 6] == 1  # the feature and the margin beside it
+    assert m[80, 100] == 0 and m[5, 5] == 0
 
 
 def test_colour_transfer_moves_statistics_to_the_target():
@@ -91,8 +104,22 @@ def test_sharpness_match_blurs_a_sharp_face_and_grains_a_smooth_one():
     grained, what = compositing.match_sharpness(smooth, textured, mask)
     assert what.startswith("grain")
     assert compositing.noise_level(grained, mask) > 3 * compositing.noise_level(smooth, mask)
+    assert compositing.laplacian_variance(grained, mask) > 0.6 * compositing.laplacian_variance(textured, mask)
     again, _ = compositing.match_sharpness(smooth, textured, mask)
     assert np.array_equal(again, grained)  # seeded grain: the same inputs give the same output
+
+
+def test_sharpness_match_sharpens_soft_edges_of_a_clean_face():
+    # clean (noise-free) edges in both: the soft one gets an unsharp mask, not grain
+    board = np.kron((np.indices((8, 8)).sum(0) % 2) * 120 + 60, np.ones((12, 12))).astype(np.uint8)
+    sharp = np.repeat(cv2.GaussianBlur(board, (0, 0), 0.8)[..., None], 3, 2)
+    soft = np.repeat(cv2.GaussianBlur(board, (0, 0), 1.2)[..., None], 3, 2)
+    mask = np.ones(board.shape, bool)
+    out, what = compositing.match_sharpness(soft, sharp, mask)
+    assert "unsharp" in what
+    target = compositing.laplacian_variance(sharp, mask)
+    assert compositing.laplacian_variance(soft, mask) < 0.6 * target
+    assert 0.6 * target < compositing.laplacian_variance(out, mask) < 1.4 * target
 
 
 @pytest.mark.parametrize("mode", ["feather", "poisson"])

@@ -239,11 +239,47 @@ def wplus_section(method_name: str) -> list[tuple[str, str]]:
     return [("On the FFHQ-grade backbone (the default)", "\n".join(lines))]
 
 
+def appearance_section(method_name: str) -> list[tuple[str, str]]:
+    """The card's section on whole photos at the defaults (privacy guard and compositing on), from
+    ``benchmarks/results/appearance.json`` (``python -m benchmarks.appearance``) when it holds this method."""
+    path = REPO / "benchmarks" / "results" / "appearance.json"
+    if not path.is_file():
+        return []
+    result = json.loads(path.read_text())
+    per = result.get("methods", {}).get(method_name)
+    if not per:
+        return []
+
+    def cell(r: Mapping[str, Any] | None) -> str:
+        return "-" if r is None else f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
+
+    lines = [
+        "Whole real photos at the defaults (privacy guard and compositing on), judged by dlib at each face's place "
+        f"(`{result['command'].strip()}`; tuning = insightface's t1.jpg, held-out = the other packaged photos; "
+        "rates k/n [95% Wilson], medians otherwise; dE: CIE76 colour difference output vs original):",
+        "",
+        "| split | faces | dlib same person | right-key recovery same | wrong-key recovery same | dlib finds the face | face dE | skin-ring dE | sharpness (out/in) | yaw change deg | landmark NME |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for split in ("tuning", "held-out"):
+        s = per.get(split) or {}
+        if not s.get("n"):
+            continue
+        m = s["median"]
+        lines.append(
+            f"| {split} | {s['n']} | {cell(s['same'])} | {cell(s.get('recovered_same'))} | {cell(s.get('wrong_key_same'))} | {cell(s['detected'])} "
+            f"| {m['face_de']} | {m['ring_de']} | {m['sharpness']} | {m['yaw']} | {m['nme']} |"
+        )
+    lines += ["", "Source: `benchmarks/results/appearance.md`."]
+    return [("Whole photos: privacy, recovery and how the face fits in", "\n".join(lines))]
+
+
 def extra_sections(method_name: str) -> list[tuple[str, str]]:
-    """Further measured tables for the card: the W+ latent space (:func:`wplus_section`) and
+    """Further measured tables for the card: whole photos (:func:`appearance_section`), the W+ latent space
+    (:func:`wplus_section`) and
     ``benchmarks/results/<method>_demo_levels.md`` (``personal``'s every privacy level, written by
     ``benchmarks/personal_levels.py``) when they exist."""
-    out = wplus_section(method_name)
+    out = appearance_section(method_name) + wplus_section(method_name)
     path = REPO / "benchmarks" / "results" / f"{method_name}_demo_levels.md"
     if not path.is_file():
         return out

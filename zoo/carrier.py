@@ -138,8 +138,8 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         return None
     latent = np.frombuffer(data[_HEAD.size : lat_end], dtype=np.float16).astype(np.float32)
     variant = data[lat_end] if version >= 2 else 0
-    geo = np.asarray(geo, dtype=np.float32)
-    found = CarriedLatent(tag, index, geo[:4], geo[4:].reshape(5, 2), latent, (ox, oy), int(variant))
+    place = np.asarray(geo, dtype=np.float32)
+    found = CarriedLatent(tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant))
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 
 

@@ -4,13 +4,13 @@ One stage for every method that draws an aligned face (``DeidMethod`` calls :fun
 each face). Each step is a small function:
 
 1. :func:`face_region_mask` - the region the method replaced: the hull of the original face's 468-point
-   mesh (:mod:`zoo.face_mesh`), grown a little and feathered outward, so that no part of the original's
-   eyes, brows or mouth stays visible beside the new face. A face too small for the mesh, or a machine without
+   mesh (:mod:`zoo.face_mesh`) with a feathered edge that stays close to it, and fully replaced on the
+   original's eyes, brows and lips, so that none of them stays visible beside the new face. A face too small for the mesh, or a machine without
    the mesh model, gets the 5-point superellipse of :func:`zoo.pipeline.face_mask` (``mask="5-point"``).
 2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
    (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays).
-3. :func:`match_sharpness` - the new face blurred, or given grain, until its Laplacian variance matches
-   the original face's (a large render is area-downsampled first by :func:`zoo.pipeline.warp_region`).
+3. :func:`match_sharpness` - the new face blurred, or given grain and sharpened, until its Laplacian variance
+   matches the original face's (a large render is area-downsampled first, :func:`zoo.pipeline.paste_back`).
 4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
    the mask is 0 stay bit-identical.
 
@@ -20,6 +20,7 @@ All images are uint8 RGB [H, W, 3]; masks float32 [H, W] in [0, 1].
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
@@ -29,14 +30,28 @@ from .face_mesh import face_mesh
 
 log = logging.getLogger(__name__)
 
-#: the hull grows by this fraction of the face size before feathering (covers the original's edges)
-MASK_GROW = 0.04
-#: width of the outward feather, as a fraction of the face size
-MASK_FEATHER = 0.06
+#: the mask reaches this far outside the mesh hull, as a fraction of the face size
+MASK_GROW = 0.02
+#: width of the feather (from fully replaced to untouched), as a fraction of the face size; it lies mostly inside
+#: the hull, so the photo around the face keeps its own pixels
+MASK_FEATHER = 0.08
+#: the features (eyes, brows, lips) are fully replaced within this margin (fraction of the face size), also
+#: where the feather would reach them (a turned face's far eye lies near the hull's edge)
+FEATURE_MARGIN = 0.03
+#: mesh indices of the eyes, brows and outer lips (MediaPipe face-mesh topology)
+FEATURE_POINTS = (
+    (33, 7, 163, 144, 145, 153, 154, 155, 133, 173, 157, 158, 159, 160, 161, 246),  # image-left eye
+    (263, 249, 390, 373, 374, 380, 381, 382, 362, 398, 384, 385, 386, 387, 388, 466),  # image-right eye
+    (70, 63, 105, 66, 107, 55, 65, 52, 53, 46),  # image-left brow
+    (300, 293, 334, 296, 336, 285, 295, 282, 283, 276),  # image-right brow
+    (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185),  # outer lips
+)
 #: limits of the L-channel spread ratio in :func:`match_colour` (shading kept)
 L_SPREAD_RANGE = (0.8, 1.25)
 #: sharpness ratio (Laplacian variance, new / original) accepted without change
 SHARPNESS_BAND = (0.8, 1.25)
+#: the strongest unsharp mask :func:`match_sharpness` applies (amount of the 1 px detail added back)
+MAX_UNSHARP = 3.0
 
 
 @dataclass
@@ -45,7 +60,7 @@ class CompositeInfo:
 
     mask: str  # "mesh" or "5-point"
     colour_shift: float  # CIE76 dE between the new face's mean colour before and after colour matching
-    sharpness: str  # "kept", "blurred (sigma=..)" or "grain (sigma=..)"
+    sharpness: str  # "kept", "blurred (sigma=..)", "grain (sigma=..)" and/or "unsharp (amount=..)"
     blend: str  # "feather" or "poisson"
 
     def as_dict(self) -> dict:
@@ -54,28 +69,42 @@ class CompositeInfo:
 
 # ====================================================================== 1. mask
 def hull_mask(shape: tuple[int, int], point_sets: list[np.ndarray], grow: float, feather: float) -> np.ndarray:
-    """float32 [H, W]: 1 on the convex hull of all ``point_sets`` (pixels) grown by ``grow`` pixels, ramping
-    to 0 over the next ``feather`` pixels (smoothstep), exactly 0 beyond."""
+    """float32 [H, W]: the convex hull of all ``point_sets`` (pixels) with a feathered edge: 1 deeper than
+    ``feather - grow`` pixels inside the hull, ramping (smoothstep) to exactly 0 at ``grow`` pixels outside it."""
     h, w = shape
     pts = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in point_sets])
     hull = cv2.convexHull(np.rint(pts).astype(np.int32))
     inside = np.zeros((h, w), np.uint8)
     cv2.fillConvexPoly(inside, hull, 1)
-    dist = cv2.distanceTransform(1 - inside, cv2.DIST_L2, 5)  # pixels outside the hull: distance to it
-    t = np.clip(1.0 - (dist - grow) / max(feather, 1e-6), 0.0, 1.0)
+    signed = cv2.distanceTransform(1 - inside, cv2.DIST_L2, 5) - cv2.distanceTransform(inside, cv2.DIST_L2, 5)  # > 0 outside
+    t = np.clip((grow - signed) / max(feather, 1e-6), 0.0, 1.0)
     return (t * t * (3 - 2 * t)).astype(np.float32)
 
 
+def feature_mask(shape: tuple[int, int], mesh: np.ndarray, margin: float) -> np.ndarray:
+    """float32 [H, W], 1 on each feature (eyes, brows, lips: :data:`FEATURE_POINTS`) grown by ``margin`` pixels, else 0."""
+    h, w = shape
+    out = np.zeros((h, w), np.uint8)
+    for idx in FEATURE_POINTS:
+        cv2.fillConvexPoly(out, cv2.convexHull(np.rint(mesh[list(idx)]).astype(np.int32)), 1)
+    r = max(1, int(round(margin)))
+    grown = cv2.dilate(out, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
+    return grown.astype(np.float32)
+
+
 def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray) -> tuple[np.ndarray | None, str]:
-    """The region to replace in photo coordinates: (float32 [H, W] mask, "mesh"), the hull of the original
-    face's mesh grown by :data:`MASK_GROW` and feathered over :data:`MASK_FEATHER` of the face size; or
-    (None, "5-point") when the mesh cannot run (the caller then uses :func:`zoo.pipeline.face_mask`).
-    Only the original's mesh counts: its eyes, brows and mouth must all fall where the mask is 1."""
+    """The region to replace in photo coordinates: (float32 [H, W] mask, "mesh"); or (None, "5-point") when the
+    mesh cannot run (the caller then uses :func:`zoo.pipeline.face_mask`).
+
+    The hull of the original face's mesh, feathered over :data:`MASK_FEATHER` of the face size and reaching
+    :data:`MASK_GROW` beyond it, and 1 on its eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the
+    original's features stays visible, while the photo around the face keeps its pixels."""
     original = face_mesh(rgb, landmarks5)
     if original is None:
         return None, "5-point"
     size = face_size(original)
-    return hull_mask(rgb.shape[:2], [original], MASK_GROW * size, MASK_FEATHER * size), "mesh"
+    ramp = hull_mask(rgb.shape[:2], [original], MASK_GROW * size, MASK_FEATHER * size)
+    return np.maximum(ramp, feature_mask(rgb.shape[:2], original, FEATURE_MARGIN * size)), "mesh"
 
 
 def face_size(points: np.ndarray) -> float:
@@ -141,33 +170,46 @@ def laplacian_variance(rgb: np.ndarray, mask: np.ndarray) -> float:
 
 
 def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-    """uint8 ``new`` blurred until its Laplacian variance inside ``mask`` is within :data:`SHARPNESS_BAND` of
-    ``reference``'s (when it is sharper), or given the grain it lacks (when it is smoother; see
-    :func:`noise_level`). The grain is seeded (``seed``): the same inputs give the same output.
-    Returns (image, what was done)."""
+    """uint8 ``new`` brought to ``reference``'s sharpness inside ``mask``: blurred when its Laplacian variance is
+    above :data:`SHARPNESS_BAND`; when below, given the grain it lacks (see :func:`noise_level`) and, if still
+    below, an unsharp mask (radius 1 px) just strong enough. The grain is seeded (``seed``): the same inputs give
+    the same output. Returns (image, what was done)."""
     target = laplacian_variance(reference, mask)
     have = laplacian_variance(new, mask)
     if target <= 0 or SHARPNESS_BAND[0] * target <= have <= SHARPNESS_BAND[1] * target:
         return np.array(new, dtype=np.uint8, copy=True), "kept"
     if have > target:
-        lo, hi = 0.0, 4.0
-        out = new
-        for _ in range(10):  # bisection on the blur sigma
-            mid = (lo + hi) / 2
-            out = cv2.GaussianBlur(new, (0, 0), mid, borderType=cv2.BORDER_REPLICATE)
-            if laplacian_variance(out, mask) > target:
-                lo = mid
-            else:
-                hi = mid
-        sigma = (lo + hi) / 2
+        sigma = _bisect(lambda s: laplacian_variance(cv2.GaussianBlur(new, (0, 0), s), mask) > target, 0.0, 4.0)
         return cv2.GaussianBlur(new, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE), f"blurred (sigma={sigma:.2f})"
-    # smoother than the photo: the missing part is the photo's grain, not its edges. Add grey noise that
-    # brings the robust noise level (median absolute Laplacian) up to the photo's.
-    sigma = float(np.sqrt(max(noise_level(reference, mask) ** 2 - noise_level(new, mask) ** 2, 0.0)))
-    if sigma < 0.5:
-        return np.array(new, dtype=np.uint8, copy=True), "kept"
-    noise = np.random.default_rng(seed).normal(0.0, sigma, new.shape[:2]).astype(np.float32)[..., None]
-    return np.clip(np.rint(new.astype(np.float32) + noise), 0, 255).astype(np.uint8), f"grain (sigma={sigma:.2f})"
+    # smoother than the photo: first the photo's grain (its robust noise level), then, if the edges are still
+    # softer, an unsharp mask under the grain
+    grain_sigma = float(np.sqrt(max(noise_level(reference, mask) ** 2 - noise_level(new, mask) ** 2, 0.0)))
+    grain = np.random.default_rng(seed).normal(0.0, grain_sigma, new.shape[:2]).astype(np.float32)[..., None]
+    base = new.astype(np.float32)
+    soft = cv2.GaussianBlur(base, (0, 0), 1.0)
+
+    def render(amount: float) -> np.ndarray:
+        return np.clip(np.rint(base + amount * (base - soft) + grain), 0, 255).astype(np.uint8)
+
+    done = []
+    if grain_sigma >= 0.5:
+        done.append(f"grain (sigma={grain_sigma:.2f})")
+    amount = 0.0
+    if laplacian_variance(render(0.0), mask) < SHARPNESS_BAND[0] * target:
+        amount = _bisect(lambda a: laplacian_variance(render(a), mask) < target, 0.0, MAX_UNSHARP)
+        done.append(f"unsharp (amount={amount:.2f})")
+    return render(amount), ", ".join(done) or "kept"
+
+
+def _bisect(below: Callable[[float], bool], lo: float, hi: float, steps: int = 10) -> float:
+    """The point in [lo, hi] where ``below`` turns False (``below`` monotone: True at lo)."""
+    for _ in range(steps):
+        mid = (lo + hi) / 2
+        if below(mid):
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
 
 
 def noise_level(rgb: np.ndarray, mask: np.ndarray) -> float:

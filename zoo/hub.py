@@ -92,7 +92,7 @@ def _qualname(obj: Any) -> str:
     return f"{cls.__module__}.{cls.__qualname__}"
 
 
-def _import_qualname(name: str) -> type:
+def _import_qualname(name: str) -> Any:
     module_name, _, cls_name = name.rpartition(".")
     if not module_name.startswith(("zoo.", "training.")):
         # Only our own classes (zoo.*, and training.* for toy/distilled helpers) may be instantiated from a (possibly downloaded) index file.

@@ -232,8 +232,9 @@ def load_image(src: Any, *, max_pixels: int | None = None, min_side: int | None 
         return _decode_bytes(bytes(src), "image bytes", max_pixels, min_side)
     if isinstance(src, Image.Image):
         _check_size(*src.size, max_pixels, min_side)
-        if int(getattr(src, "n_frames", 1) or 1) > 1:
-            raise InvalidImageError(f"an animated or multi-page image with {src.n_frames} frames; pass its frames one by one")
+        frames = int(getattr(src, "n_frames", 1) or 1)
+        if frames > 1:
+            raise InvalidImageError(f"an animated or multi-page image with {frames} frames; pass its frames one by one")
         try:
             src.load()
         except Exception as err:  # noqa: BLE001

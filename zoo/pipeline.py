@@ -36,6 +36,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
@@ -150,7 +151,7 @@ def available_detectors() -> list[str]:
 
 
 _LOCK = threading.Lock()
-_CACHE: dict[str, object] = {}
+_CACHE: dict[str, Any] = {}  # detector sessions (cv2 / onnxruntime objects), built once
 
 
 def _yunet(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
@@ -170,7 +171,7 @@ def _yunet(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
     faces = []
     for r in rows if rows is not None else []:
         x, y, bw, bh = (float(v) for v in r[:4])
-        faces.append(DetectedFace([x, y, x + bw, y + bh], np.asarray(r[4:14]).reshape(5, 2), float(r[14]), "yunet"))
+        faces.append(DetectedFace(np.array([x, y, x + bw, y + bh]), np.asarray(r[4:14]).reshape(5, 2), float(r[14]), "yunet"))
     return faces
 
 
@@ -184,7 +185,7 @@ def _retinaface(rgb: np.ndarray, min_score: float) -> list[DetectedFace]:
     faces = []
     for f in found:
         lm = np.array([[p.x, p.y] for p in f.landmarks], dtype=np.float64)
-        faces.append(DetectedFace([f.x, f.y, f.x + f.width, f.y + f.height], lm, f.score, "retinaface"))
+        faces.append(DetectedFace(np.array([f.x, f.y, f.x + f.width, f.y + f.height], dtype=np.float64), lm, f.score, "retinaface"))
     return faces
 
 
@@ -506,11 +507,10 @@ def _border_faces(fn, rgb, min_score, scale, found) -> list[DetectedFace]:
             continue  # (half the rule's share: the probe's box is coarse)
         if any(_overlaps(inside, g.box) for g in list(found) + out):
             continue
-        if probe_scale != scale:
-            f = _refine(fn, padded, f, min_score, scale, keep=False)
-        inside = None if f is None else _edge_face_box(f.box - pad, w, h)
-        if inside is not None and not any(_overlaps(inside, g.box) for g in list(found) + out):
-            out.append(_moved_face(f, -pad, -pad, inside))
+        refined: DetectedFace | None = _refine(fn, padded, f, min_score, scale, keep=False) if probe_scale != scale else f
+        inside = None if refined is None else _edge_face_box(refined.box - pad, w, h)
+        if refined is not None and inside is not None and not any(_overlaps(inside, g.box) for g in list(found) + out):
+            out.append(_moved_face(refined, -pad, -pad, inside))
     return out
 
 

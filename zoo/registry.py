@@ -60,7 +60,7 @@ def import_target(target: str) -> type:
     return getattr(importlib.import_module(module_name), cls_name)
 
 
-def get_method_class(name: str) -> type:
+def get_method_class(name: str) -> Any:
     return import_target(_entry(name).target)
 
 
@@ -140,7 +140,7 @@ def resolve_weights(name: str, *, revision: str | None = None, local_dir: str | 
     )
 
 
-def runtime_class(name: str, choice: WeightsChoice | None = None) -> type:
+def runtime_class(name: str, choice: WeightsChoice | None = None) -> Any:
     """The class that will run ``name`` with its resolved weights (a demo checkpoint runs the method's
     demo-tier variant, whose controls differ)."""
     cls = get_method_class(name)
@@ -215,9 +215,10 @@ def info(name: str) -> dict[str, Any]:
     """Capabilities (reversible, controls, native resolution) of the class that will run, the weights it
     will load (label, location, evaluation summary) and whether they are present; never downloads."""
     entry = _entry(name)
+    choice: WeightsChoice | None = None
     try:
-        choice: WeightsChoice | None = resolve_weights(name, allow_download=False)
-        available, reason = True, choice.label
+        found = resolve_weights(name, allow_download=False)
+        choice, available, reason = found, True, found.label
     except FileNotFoundError as err:
         choice, available, reason = None, False, str(err)
     caps = runtime_class(name, choice).capabilities()
