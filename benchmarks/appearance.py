@@ -7,6 +7,7 @@ The packaged real photos of :mod:`benchmarks.reconstruct_real`, split before mea
 (key ``appearance``; privacy guard at its default). For each face the original's dlib CNN detector found, at the
 place of that face (all measures use dlib, which no method uses):
 
+* ``status``: what the zoo's report says of the face (``processed``, ``guard_blur``: the privacy guard blurred it);
 * ``detected``: dlib's CNN detector finds a face in the output overlapping the original's box (IoU >= 0.3);
 * ``same``: dlib same person (descriptor distance < 0.6) at the original's place;
 * ``nme``: mean distance of dlib's 68 landmarks, output against original, over the outer-eye-corner distance;
@@ -143,6 +144,7 @@ def summarise(rows: list[dict]) -> dict:
         "n": n,
         "detected": rate(sum(r["detected"] for r in rows), n),
         "same": rate(sum(r["same"] for r in rows), n),
+        "guard_blurred": rate(sum(r.get("status") == "guard_blur" for r in rows), n),
         "ring_de_ok": rate(sum(r["ring_de"] <= 2.5 for r in rows), n),
         "face_de_ok": rate(sum(r["face_de"] <= 6 for r in rows), n),
         "sharpness_ok": rate(sum(0.6 <= r["sharpness"] <= 1.4 for r in rows), n),
@@ -214,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
                 recovered = np.asarray(m.recover(out, key=KEY))
                 wrong = np.asarray(m.recover(out, key=KEY + " (wrong)"))
             for i, box in enumerate(boxes):
-                row = {"photo": name, "split": split, "face": i, **measure_face(eye, rgb, out, box, out_boxes)}
+                record = max(result.faces, key=lambda f: _iou(box, np.asarray(f.box)), default=None)
+                status = record.status if record is not None and _iou(box, np.asarray(record.box)) > 0.2 else "not found"
+                row = {"photo": name, "split": split, "face": i, "status": status, **measure_face(eye, rgb, out, box, out_boxes)}
                 if recovered is not None:
                     d_rec = dlib_distance(eye, rgb, recovered, box)
                     row.update(

@@ -176,3 +176,26 @@ def test_composite_at_the_image_border(astronaut):
     out, info = compositing.composite_face(cut, cut, crop, matrix, lm)
     assert out.shape == cut.shape and out.dtype == np.uint8
     assert not np.array_equal(out, cut)
+
+
+def test_report_says_which_mask_each_face_got(astronaut):
+    import zoo
+
+    rgb, face = astronaut
+    m = zoo.load("dbaf")  # the 64 px tier in the routine tests (conftest): the same compositing stage
+    big = m.anonymize(rgb, key="k", privacy_guard=False)
+    [rec] = big.faces
+    assert rec.status == "processed" and rec.composite["mask"] == "mesh" and rec.composite["blend"] == "feather"
+    small = np.full((160, 160, 3), 128, np.uint8)
+    x0, y0, x1, y1 = (int(v) for v in face.box)
+    pad = int(0.6 * (x1 - x0))
+    head = rgb[max(0, y0 - pad) : y1 + pad, max(0, x0 - pad) : x1 + pad]
+    tiny = cv2.resize(head, (40, int(40 * head.shape[0] / head.shape[1])), interpolation=cv2.INTER_AREA)
+    small[40 : 40 + tiny.shape[0], 60:100] = tiny[:120]
+    res = m.anonymize(small, key="k", privacy_guard=False)
+    assert res.faces, "the detector finds the small face"
+    for r in res.faces:
+        eye = np.hypot(*(np.subtract(r.landmarks[1], r.landmarks[0])))
+        if r.status == "processed" and eye < face_mesh.MIN_MESH_EYE_DISTANCE:
+            assert r.composite["mask"] == "5-point"
+    assert any(r.composite and r.composite["mask"] == "5-point" for r in res.faces)
