@@ -29,6 +29,7 @@ held-out splits apart; rates with 95% Wilson intervals. Writes ``benchmarks/resu
 from __future__ import annotations
 
 import argparse
+import json
 import time
 from pathlib import Path
 
@@ -159,8 +160,16 @@ def _recovery_cells(s: dict) -> str:
     return f"{s['recovered_same']['k']}/{n} {s['recovered_same']['95ci']} / {s['recovered_closer']['k']}/{n} | {s['wrong_key_same']['k']}/{n} {s['wrong_key_same']['95ci']}"
 
 
-def contact_sheet(photo: np.ndarray, columns: list[tuple[str, np.ndarray]], height: int = 256) -> np.ndarray:
-    """One row of labelled tiles (uint8 RGB), each scaled to ``height`` pixels."""
+def contact_sheet(photo: np.ndarray, columns: list[tuple[str, np.ndarray]], box: np.ndarray | None = None, height: int = 256) -> np.ndarray:
+    """One row of labelled tiles (uint8 RGB), each cut to the head around ``box`` (a face box, grown 70% on each
+    side; the whole photo without one) and scaled to ``height`` pixels."""
+    if box is not None:
+        x0, y0, x1, y1 = np.asarray(box, np.float64)
+        g = 0.7 * max(x1 - x0, y1 - y0)
+        h, w = photo.shape[:2]
+        cx0, cy0, cx1, cy1 = int(max(0, x0 - g)), int(max(0, y0 - g)), int(min(w, x1 + g)), int(min(h, y1 + g))
+        photo = photo[cy0:cy1, cx0:cx1]
+        columns = [(label, img[cy0:cy1, cx0:cx1]) for label, img in columns]
     tiles = []
     for label, img in [("original", photo), *columns]:
         k = height / img.shape[0]
@@ -177,9 +186,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
     ap.add_argument("--photos", default=",".join(PHOTOS), help="names from benchmarks.reconstruct_real.PHOTOS")
     ap.add_argument("--paste", action="store_true", help="compositing off: the plain 5-point paste")
-    ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG of this photo set's first photo")
+    ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG (the --sheet-photo's first face)")
     ap.add_argument("--sheet-photo", default="astronaut")
     ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")
+    ap.add_argument("--add", action="store_true", help="add to the results file: keep its rows of the photos not run now")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -190,7 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds: dict[str, float] = {m: 0.0 for m in methods}
     sheet_cols: list[tuple[str, np.ndarray]] = []
-    sheet_photo = None
+    sheet_photo, sheet_box = None, None
     for name in args.photos.split(","):
         split, parts = PHOTOS[name]
         path = package_file(*parts)
@@ -230,13 +240,23 @@ def main(argv: list[str] | None = None) -> int:
                 rows[method].append(row)
                 print(method, name, i, row, flush=True)
             if args.sheet and name == args.sheet_photo:
-                sheet_photo = rgb
+                sheet_photo, sheet_box = rgb, boxes[0]
                 sheet_cols.append((method, out))
                 if method == "dbaf" and recovered is not None:
                     sheet_cols.append(("dbaf recovered (right key)", recovered))
 
+    out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
+    command = command_line("benchmarks.appearance", argv)
+    if args.add and out_path.with_suffix(".json").is_file():  # one results file built over several runs
+        before = json.loads(out_path.with_suffix(".json").read_text())
+        ran = set(args.photos.split(","))
+        for m, per in before.get("methods", {}).items():
+            kept = [r for r in per["faces"] if r["photo"] not in ran]
+            rows[m] = kept + rows.get(m, [])
+            seconds[m] = seconds.get(m, 0.0) + per.get("seconds", 0.0)
+        command = before["command"] + " ; " + command
     result = {
-        "command": command_line("benchmarks.appearance", argv),
+        "command": command,
         "compositing": "off (plain 5-point paste)" if args.paste else "on (zoo.compositing)",
         "methods": {
             m: {
@@ -266,11 +286,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"| {m} | {split} | {s['n']} | {s['detected']['k']}/{s['n']} | {s['same']['k']}/{s['n']} {s['same']['95ci']} | {med['face_de']} | {med['ring_de']} | "
                 f"{med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
             )
-    out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
     write_results(out_path, result, md)
     print("\n".join(md))
     if args.sheet and sheet_photo is not None:
-        sheet = contact_sheet(sheet_photo, sheet_cols)
+        sheet = contact_sheet(sheet_photo, sheet_cols, sheet_box)
         Path(args.sheet).parent.mkdir(parents=True, exist_ok=True)
         cv2.imwrite(args.sheet, cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9])
         print("wrote", args.sheet)

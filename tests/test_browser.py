@@ -1,5 +1,5 @@
 """The app in a real browser: headless Chromium loads the page, runs the Anonymize tab on a bundled example
-and saves a screenshot (to docs/screenshot_anonymize.png, shown in the README, when ZOO_UPDATE_SCREENSHOT=1); a non-image upload must show
+and saves a screenshot (to docs/screenshot_anonymize.png when ZOO_UPDATE_SCREENSHOT=1); a non-image upload must show
 a readable error in the page; a short video through the same tab comes back playable, and a text file named
 .mp4 is refused as it arrives.
 
@@ -212,7 +212,7 @@ def test_anonymize_example_in_the_browser(browser, tmp_path):
         assert method in table, table
     assert table.count("processed") >= len(checked), table
     assert not b.js("!!document.querySelector('.toast-body.error')"), "the page shows an error"
-    # The README's screenshot is refreshed only on request, so a test run leaves the checkout clean.
+    # The screenshot is refreshed only on request, so a test run leaves the checkout clean.
     shot_path = SCREENSHOT if os.environ.get("ZOO_UPDATE_SCREENSHOT") == "1" else tmp_path / SCREENSHOT.name
     b.screenshot(shot_path)
     with Image.open(shot_path) as shot:

@@ -9,10 +9,15 @@ run with ``ai-edge-litert``; Apache-2.0).
 
 from __future__ import annotations
 
+import logging
+import threading
 from functools import lru_cache
 
 import cv2
 import numpy as np
+
+log = logging.getLogger(__name__)
+_LOCK = threading.Lock()
 
 #: mesh input size (pixels) of ``face_landmark.tflite``
 MESH_SIZE = 192
@@ -72,10 +77,16 @@ def face_mesh(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray | None:
         np.asarray(rgb, dtype=np.uint8), m, (MESH_SIZE, MESH_SIZE), flags=cv2.INTER_AREA if _shrinks(m) else cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
     )
     inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()
-    interpreter.set_tensor(inp["index"], (roi.astype(np.float32) / 255.0)[None])
-    interpreter.invoke()
-    points = interpreter.get_tensor(out[0]["index"]).reshape(-1, 3)[:, :2].astype(np.float64)
-    score = 1.0 / (1.0 + np.exp(-float(interpreter.get_tensor(out[1]["index"]).reshape(-1)[-1])))
+    with _LOCK:  # one interpreter, one call at a time
+        try:
+            interpreter.set_tensor(inp["index"], (roi.astype(np.float32) / 255.0)[None])
+            interpreter.invoke()
+            points = interpreter.get_tensor(out[0]["index"]).reshape(-1, 3)[:, :2].astype(np.float64)
+            logit = float(interpreter.get_tensor(out[1]["index"]).reshape(-1)[-1])
+        except (RuntimeError, ValueError) as err:  # the runtime's own failures: the caller falls back to the 5-point mask
+            log.warning("face mesh failed (%s)", err)
+            return None
+    score = 1.0 / (1.0 + np.exp(-logit))
     if score < MESH_MIN_SCORE or not np.all(np.isfinite(points)):
         return None
     inv = cv2.invertAffineTransform(m)
