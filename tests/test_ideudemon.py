@@ -503,7 +503,7 @@ def test_dial_table_command_runs_on_the_shipped_checkpoint(tmp_path):
     """The dial table's command end to end (2 faces, 1 key, one scale), restorer on and off."""
     from pathlib import Path
 
-    from zoo.face3d.dial_table import main as dial_main
+    from benchmarks.ideudemon_dial import main as dial_main
 
     ckpt = str(Path(__file__).resolve().parents[1] / "zoo" / "weights" / "ideudemon")
     for extra, mode in (([], "no restorer"), (["--with-restorer"], "restorer on")):

@@ -10,4 +10,4 @@ from .keys import KeyMaterial, Secret, new_secret
 from .registry import info, list_methods, load, register_method
 
 __all__ = ["load", "list_methods", "info", "register_method", "new_secret", "Secret", "KeyMaterial"]
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -12,7 +12,7 @@ Commands::
 
     python -m zoo.face3d build-shape-space --n 2000 --seed 0 --out zoo/face3d/data/mesh_shape_space.safetensors
     python -m zoo.face3d build-texture-space --n 2000 --seed 0 --out zoo/face3d/data/mesh_texture_space.safetensors
-    python -m zoo.face3d.dial_table --n 64 --out benchmarks/results/ideudemon_dial.md
+    python -m benchmarks.ideudemon_dial --n 64 --out benchmarks/results/ideudemon_dial.md
 """
 
 from .base import ParametricHeadModel, as_image_batch

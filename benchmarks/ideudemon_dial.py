@@ -1,8 +1,8 @@
 """The IDEudemon privacy dial on synthetic faces (a table like the paper's Fig. 4), from a command.
 
-    python -m zoo.face3d.dial_table --n 64 --out benchmarks/results/ideudemon_dial.md
-    python -m zoo.face3d.dial_table --n 64 --restorer outputs/ideudemon/stage1/model --out ...   # Step I + II
-    python -m zoo.face3d.dial_table --n 64 --restorer zoo/weights/ideudemon --out benchmarks/results/ideudemon_dial.md  # the shipped demo
+    python -m benchmarks.ideudemon_dial --n 64 --out benchmarks/results/ideudemon_dial.md
+    python -m benchmarks.ideudemon_dial --n 64 --restorer outputs/ideudemon/stage1/model --out ...   # Step I + II
+    python -m benchmarks.ideudemon_dial --n 64 --restorer zoo/weights/ideudemon --out benchmarks/results/ideudemon_dial.md  # the shipped demo
 
 For ``n`` held-out synthetic faces (``zoo.synthetic``, ``--seed``, default 1: not the set the
 shape space was learned from) at ``--resolution`` px, ``--keys`` keys per face and every noise scale
@@ -49,13 +49,13 @@ class _Judges:
     """YuNet once per image, then SFace, dlib and 68 landmarks from the same detection."""
 
     def __init__(self) -> None:
-        from ..judges import get_judge
+        from zoo.judges import get_judge
 
         self.sface, self.dlib = get_judge("sface"), get_judge("dlib")
 
     def describe(self, img: np.ndarray) -> dict:
-        from ..pipeline import DetectedFace, detect_faces, ffhq_template
-        from .landmarks import detect_landmarks68, head_pose
+        from zoo.face3d.landmarks import detect_landmarks68, head_pose
+        from zoo.pipeline import DetectedFace, detect_faces, ffhq_template
 
         faces = detect_faces(img, "yunet")
         h, w = img.shape[:2]
@@ -75,8 +75,8 @@ class _Judges:
 
 def _step_one_outputs(model: dict, x: torch.Tensor, keys, scale: float) -> np.ndarray:
     """Step I + visual similarity assistance with the mesh backend alone (no restorer): uint8 outputs."""
-    from ..imageio import from_tensor
-    from ..methods.ideudemon import hybrid_image, id_noise
+    from zoo.imageio import from_tensor
+    from zoo.methods.ideudemon import hybrid_image, id_noise
 
     z, app, cam = model["fit"]
     z_p = (z + scale * id_noise(keys, z.shape[1])).clamp(-1, 1)  # eq. 3 + clip
@@ -97,19 +97,18 @@ def measure(
 ) -> dict:
     """Run the benchmark; returns a JSON-serialisable dict of per-scale means and the scale-0 numbers.
     ``with_restorer``: run the checkpoint's restorer even where its config ships it switched off."""
+    from zoo.face3d import MeshHeadModel
+    from zoo.face3d.landmarks import FACE_OUTLINE, pose_difference
+    from zoo.face3d.warp import polygon_mask
+    from zoo.imageio import from_tensor, to_tensor
+    from zoo.keys import Secret
     from zoo.synthetic import synthetic_faces_uint8
-
-    from ..imageio import from_tensor, to_tensor
-    from ..keys import Secret
-    from . import MeshHeadModel
-    from .landmarks import FACE_OUTLINE, pose_difference
-    from .warp import polygon_mask
 
     t0 = time.time()
     faces = synthetic_faces_uint8(n, seed=seed, resolution=resolution)
     method = None
     if restorer:
-        from ..methods.ideudemon import IDEudemon
+        from zoo.methods.ideudemon import IDEudemon
 
         method = IDEudemon.from_pretrained(restorer).to("cpu")
         if with_restorer:
@@ -254,7 +253,7 @@ def main(argv: list[str] | None = None) -> dict:
     import shlex
     import sys
 
-    p = argparse.ArgumentParser(prog="python -m zoo.face3d.dial_table", description=__doc__.split("\n\n")[0])
+    p = argparse.ArgumentParser(prog="python -m benchmarks.ideudemon_dial", description=__doc__.split("\n\n")[0])
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--keys", type=int, default=3)
@@ -270,7 +269,7 @@ def main(argv: list[str] | None = None) -> dict:
     res = measure(a.n, a.seed, a.keys, [float(s) for s in a.scales.split(",")], a.resolution, a.restorer, with_restorer=a.with_restorer)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = "python -m zoo.face3d.dial_table " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
+    cmd = "python -m benchmarks.ideudemon_dial " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))
     out.write_text(to_markdown(res, cmd))
     out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=float))
     print(f"[dial] wrote {out}")
