@@ -31,17 +31,17 @@ from __future__ import annotations
 import argparse
 import json
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
 import numpy as np
 
-from benchmarks.real_photos import package_file
-from benchmarks.reconstruct_real import PHOTOS, rate
+from benchmarks.reconstruct_real import PHOTOS, packaged_photos, rate
 from benchmarks.report import command_line, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
 from zoo.face3d.landmarks import head_pose, predict_landmarks68
-from zoo.imageio import load_image
+from zoo.pipeline import DetectedFace
 
 OUT = Path(__file__).resolve().parent / "results" / "appearance"
 KEY = "appearance"
@@ -93,31 +93,37 @@ def _openings(lm: np.ndarray) -> tuple[float, float]:
     return mouth / scale, float(eyes) / scale
 
 
-def _dlib_face(original: np.ndarray, box: np.ndarray):
-    """(68 landmarks of the original, a DetectedFace at the original's place for dlib's descriptor)."""
-    from zoo.pipeline import DetectedFace
+@dataclass
+class OriginalFace:
+    """One face of the original photo as dlib sees it, measured once for every output compared with it."""
 
-    lm_in = predict_landmarks68(original, tuple(int(round(v)) for v in box))
-    return lm_in, DetectedFace(np.asarray(box, np.float64), lm_in[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
+    photo: np.ndarray  # uint8 [H, W, 3], the original
+    box: np.ndarray  # dlib CNN box [x0, y0, x1, y1]
+    lm68: np.ndarray  # [68, 2] dlib landmarks in the original
+    place: DetectedFace  # the box and 5 of those landmarks: where dlib's descriptor reads every image
+    descriptor: np.ndarray  # dlib's descriptor of the original face
+
+    @classmethod
+    def measure(cls, eye: DlibEye, photo: np.ndarray, box: np.ndarray) -> "OriginalFace":
+        lm68 = predict_landmarks68(photo, tuple(int(round(v)) for v in box))
+        place = DetectedFace(np.asarray(box, np.float64), lm68[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
+        return cls(photo, np.asarray(box, np.float64), lm68, place, eye.judge.embed_photo_faces(photo, [place]))
+
+    def distance(self, eye: DlibEye, image: np.ndarray) -> float:
+        """dlib descriptor distance between the original face and ``image`` at the original's place."""
+        return float(eye.judge.distance(self.descriptor, eye.judge.embed_photo_faces(image, [self.place], shapes_from=self.photo))[0])
 
 
-def dlib_distance(eye: DlibEye, original: np.ndarray, image: np.ndarray, box: np.ndarray) -> float:
-    """dlib descriptor distance between the original face and ``image`` at the original's place."""
-    _, det = _dlib_face(original, box)
-    return float(eye.judge.distance(eye.judge.embed_photo_faces(original, [det]), eye.judge.embed_photo_faces(image, [det], shapes_from=original))[0])
-
-
-def measure_face(eye: DlibEye, original: np.ndarray, output: np.ndarray, box: np.ndarray, out_boxes: list[np.ndarray]) -> dict:
-    """Every appearance measure of one face (the original's dlib CNN box ``box``) in ``output``."""
-    b = tuple(int(round(v)) for v in box)
-    lm_in, _ = _dlib_face(original, box)
-    lm_out = predict_landmarks68(output, b)
+def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes: list[np.ndarray]) -> dict:
+    """Every appearance measure of the original face ``ref`` in ``output``."""
+    original, box, lm_in = ref.photo, ref.box, ref.lm68
+    lm_out = predict_landmarks68(output, tuple(int(round(v)) for v in box))
     scale = max(float(np.hypot(*(lm_in[45] - lm_in[36]))), 1e-6)
     face, ring = _hull_masks(original.shape[:2], lm_in)
     pose_in, pose_out = head_pose(lm_in, original.shape[:2]), head_pose(lm_out, original.shape[:2])
     yaw = float(abs((pose_out[0] - pose_in[0] + 180.0) % 360.0 - 180.0))
     (m_in, e_in), (m_out, e_out) = _openings(lm_in), _openings(lm_out)
-    d = dlib_distance(eye, original, output, box)
+    d = ref.distance(eye, output)
     return {
         "detected": any(_iou(box, o) >= 0.3 for o in out_boxes),
         "same": d < eye.judge.threshold,
@@ -201,17 +207,12 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, float] = {m: 0.0 for m in methods}
     sheet_cols: list[tuple[str, np.ndarray]] = []
     sheet_photo, sheet_box = None, None
-    for name in args.photos.split(","):
-        split, parts = PHOTOS[name]
-        path = package_file(*parts)
-        if path is None:
-            print(f"skipped {name}: {parts[0]} not installed")
-            continue
-        rgb, _ = load_image(path)
+    for name, split, rgb in packaged_photos(args.photos.split(",")):
         boxes = eye.boxes(rgb)
         if not boxes:
             print(f"skipped {name}: dlib finds no face in the original")
             continue
+        refs = [OriginalFace.measure(eye, rgb, box) for box in boxes]
         for method in methods:
             m = zoo.load(method)
             if args.paste:
@@ -225,17 +226,17 @@ def main(argv: list[str] | None = None) -> int:
             if m.reversible and not args.no_recovery:
                 recovered = np.asarray(m.recover(out, key=KEY))
                 wrong = np.asarray(m.recover(out, key=KEY + " (wrong)"))
-            for i, box in enumerate(boxes):
-                record = max(result.faces, key=lambda f: _iou(box, np.asarray(f.box)), default=None)
-                status = record.status if record is not None and _iou(box, np.asarray(record.box)) > 0.2 else "not found"
-                row = {"photo": name, "split": split, "face": i, "status": status, **measure_face(eye, rgb, out, box, out_boxes)}
+            for i, ref in enumerate(refs):
+                record = max(result.faces, key=lambda f: _iou(ref.box, np.asarray(f.box)), default=None)
+                status = record.status if record is not None and _iou(ref.box, np.asarray(record.box)) > 0.2 else "not found"
+                row = {"photo": name, "split": split, "face": i, "status": status, **measure_face(eye, ref, out, out_boxes)}
                 if recovered is not None:
-                    d_rec = dlib_distance(eye, rgb, recovered, box)
+                    d_rec = ref.distance(eye, recovered)
                     row.update(
                         recovered_distance=round(d_rec, 4),
                         recovered_same=d_rec < eye.judge.threshold,
                         recovered_closer=d_rec < row["dlib_distance"],
-                        wrong_key_same=dlib_distance(eye, rgb, wrong, box) < eye.judge.threshold,
+                        wrong_key_same=ref.distance(eye, wrong) < eye.judge.threshold,
                     )
                 rows[method].append(row)
                 print(method, name, i, row, flush=True)

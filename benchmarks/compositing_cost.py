@@ -20,11 +20,9 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks.real_photos import package_file
-from benchmarks.reconstruct_real import PHOTOS
+from benchmarks.reconstruct_real import packaged_photos
 from benchmarks.report import command_line, write_results
 from zoo.compositing import composite_face
-from zoo.imageio import load_image
 from zoo.pipeline import align_face, detect_faces
 
 OUT = Path(__file__).resolve().parent / "results" / "compositing_cost"
@@ -37,12 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     rows = []
-    for name, (split, parts) in PHOTOS.items():
-        path = package_file(*parts)
-        if path is None:
-            print(f"skipped {name}: {parts[0]} not installed")
-            continue
-        rgb, _ = load_image(path)
+    for name, split, rgb in packaged_photos():
         for i, face in enumerate(detect_faces(rgb)):
             al = align_face(rgb, face.landmarks, 256)
             new = np.clip(al.crop.astype(np.int16) + np.array([25, -10, -25], np.int16), 0, 255).astype(np.uint8)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -48,19 +49,22 @@ PHOTOS = {
 }
 
 
-def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarray]]:
-    """(photo, split, face index, FFHQ-aligned uint8 crop [size,size,3]) for every detected face of :data:`PHOTOS`;
-    a photo whose package is not installed is skipped (and said so)."""
-    faces = []
-    for name, (split, parts) in PHOTOS.items():
+def packaged_photos(names: Sequence[str] | None = None) -> Iterator[tuple[str, str, np.ndarray]]:
+    """(photo, split, uint8 RGB [H,W,3]) for each of :data:`PHOTOS` (or ``names`` of them, in that order); a photo
+    whose package is not installed is skipped (and said so)."""
+    for name in PHOTOS if names is None else names:
+        split, parts = PHOTOS[name]
         path = package_file(*parts)
         if path is None:
             print(f"skipped {name}: {parts[0]} not installed")
             continue
-        rgb, _ = load_image(path)
-        for i, face in enumerate(detect_faces(rgb)):
-            faces.append((name, split, i, align_face(rgb, face.landmarks, size).crop))
-    return faces
+        yield name, split, load_image(path)[0]
+
+
+def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarray]]:
+    """(photo, split, face index, FFHQ-aligned uint8 crop [size,size,3]) for every detected face of :data:`PHOTOS`
+    (:func:`packaged_photos`)."""
+    return [(name, split, i, align_face(rgb, face.landmarks, size).crop) for name, split, rgb in packaged_photos() for i, face in enumerate(detect_faces(rgb))]
 
 
 def rate(k: int, n: int) -> dict:

@@ -199,6 +199,11 @@ def bundle(
     return index["evaluation"]
 
 
+def _rate_cell(r: Mapping[str, Any] | None) -> str:
+    """A results file's rate as the cards write it: ``k/n [lo, hi]`` (95% Wilson), ``-`` when not measured."""
+    return "-" if r is None else f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
+
+
 def wplus_section(method_name: str) -> list[tuple[str, str]]:
     """The card's section on the FFHQ-grade W+ latent space (the shipped default), from
     ``benchmarks/results/wplus_methods.json`` (``benchmarks/wplus_methods.py``) when it holds this method."""
@@ -209,9 +214,6 @@ def wplus_section(method_name: str) -> list[tuple[str, str]]:
     rows = [(name, per[method_name], per) for name, per in result.get("sets", {}).items() if method_name in per]
     if not rows:
         return []
-
-    def cell(r: Mapping[str, Any]) -> str:
-        return f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
 
     lines = [
         "The keyed transform above runs, by default, on the identity code of the FFHQ-grade generator's W+ "
@@ -225,8 +227,8 @@ def wplus_section(method_name: str) -> list[tuple[str, str]]:
     ]
     for name, r, per in rows:
         lines.append(
-            f"| {name} ({per['n']}) | {cell(r['anonymized_same_dlib'])} | {cell(r['two_keys_same_dlib'])} | {cell(r['recovered_carried_same_dlib'])} "
-            f"| {cell(r['recovered_pixels_same_dlib'])} | {cell(r['wrong_key_same_dlib'])} | {r['yaw_change_deg_median']} |"
+            f"| {name} ({per['n']}) | {_rate_cell(r['anonymized_same_dlib'])} | {_rate_cell(r['two_keys_same_dlib'])} | {_rate_cell(r['recovered_carried_same_dlib'])} "
+            f"| {_rate_cell(r['recovered_pixels_same_dlib'])} | {_rate_cell(r['wrong_key_same_dlib'])} | {r['yaw_change_deg_median']} |"
         )
     lines += [
         "",
@@ -250,9 +252,6 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
     if not per:
         return []
 
-    def cell(r: Mapping[str, Any] | None) -> str:
-        return "-" if r is None else f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
-
     lines = [
         "Whole real photos at the defaults (privacy guard and compositing on), judged by dlib at each face's place "
         f"(`{result['command'].strip()}`; tuning = insightface's t1.jpg, held-out = the other packaged photos; "
@@ -267,7 +266,7 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
             continue
         m = s["median"]
         lines.append(
-            f"| {split} | {s['n']} | {cell(s['same'])} | {cell(s.get('recovered_same'))} | {cell(s.get('wrong_key_same'))} | {cell(s['detected'])} "
+            f"| {split} | {s['n']} | {_rate_cell(s['same'])} | {_rate_cell(s.get('recovered_same'))} | {_rate_cell(s.get('wrong_key_same'))} | {_rate_cell(s['detected'])} "
             f"| {m['face_de']} | {m['ring_de']} | {m['sharpness']} | {m['yaw']} | {m['nme']} |"
         )
     lines += ["", "Source: `benchmarks/results/appearance.md`."]

@@ -68,13 +68,19 @@ def mesh_roi_matrix(landmarks5: np.ndarray) -> np.ndarray:
 def face_mesh(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray | None:
     """468 face-mesh points (float64 [468, 2], photo pixels) of the face with these 5 landmarks, or None
     when the mesh cannot run here, the face is too small, or the mesh does not see a face there."""
+    from .pipeline import crop_scale
+
     interpreter = _mesh_interpreter()
     lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
     if interpreter is None or np.hypot(*(lm[1] - lm[0])) < MIN_MESH_EYE_DISTANCE:
         return None
     m = mesh_roi_matrix(lm)
     roi = cv2.warpAffine(
-        np.asarray(rgb, dtype=np.uint8), m, (MESH_SIZE, MESH_SIZE), flags=cv2.INTER_AREA if _shrinks(m) else cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE
+        np.asarray(rgb, dtype=np.uint8),
+        m,
+        (MESH_SIZE, MESH_SIZE),
+        flags=cv2.INTER_AREA if crop_scale(m) < 0.5 else cv2.INTER_LINEAR,
+        borderMode=cv2.BORDER_REPLICATE,
     )
     inp, out = interpreter.get_input_details()[0], interpreter.get_output_details()
     with _LOCK:  # one interpreter, one call at a time
@@ -91,10 +97,6 @@ def face_mesh(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray | None:
         return None
     inv = cv2.invertAffineTransform(m)
     return points @ inv[:, :2].T + inv[:, 2]
-
-
-def _shrinks(m: np.ndarray) -> bool:
-    return float(np.sqrt(abs(np.linalg.det(np.asarray(m)[:, :2])))) < 0.5
 
 
 def mesh_head_pose(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray:
