@@ -33,11 +33,11 @@ measurements that set the targets.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "FACERES_TARGET", "FACERES_FLOOR", "guard_for"]
+__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "FACERES_TARGET", "FACERES_FLOOR", "guard_for", "protect", "wrong_key_probe"]
 
 #: SFace cosine distance the guard retries key variants to reach (SFace's same-person threshold: 0.637)
 DEFAULT_TARGET = 0.85
@@ -62,7 +62,7 @@ class GuardCheck:
     blurred: bool = False  # still recognized after every variant: the face was hard-blurred
     blur_reason: str | None = None  # "face" (the anonymized face) or "wrong_key" (its wrong-key recovery) was recognized
     #: reversible keyed methods: the same two distances for the kept output recovered with a stand-in wrong key
-    #: (never shown; :meth:`~zoo.methods.base.DeidMethod._wrong_key_probe`)
+    #: (never shown; :func:`wrong_key_probe`)
     wrong_key_distance: float | None = None
     wrong_key_faceres_distance: float | None = None
 
@@ -176,3 +176,110 @@ def guard_for(target: float | None = None) -> PrivacyGuard:
     if target not in _GUARDS:
         _GUARDS[target] = PrivacyGuard(target)
     return _GUARDS[target]
+
+
+#: ``distances(candidate_outs, face_ids) -> {id: (SFace, FaceRes cosine distance)}`` of each candidate output to its original
+Distances = Callable[[list, list[int]], dict[int, tuple[float, float]]]
+
+
+def protect(
+    method,
+    guard: PrivacyGuard,
+    crops: np.ndarray,
+    key_indices,
+    secret,
+    controls: dict,
+    outs: list,
+    latents: list,
+    distances: Distances,
+    n_variants: int | None = None,
+    crop_originals: dict | None = None,
+):
+    """The guard's rule (module docstring) for one batch of faces of ``method`` (a :class:`~zoo.methods.base.DeidMethod`),
+    whatever the distance is taken on (aligned crops, or faces at their place in the composed photo).
+
+    ``crops``: the aligned input faces, uint8 ``[N,S,S,3]``; ``outs`` / ``latents``: the method's first output (uint8
+    ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
+    again with key variants 1..``n_variants`` (default ``method.guard_variants``); the first to pass is kept, else the
+    best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred; a code a wrong key reads
+    the person back from is dropped (its latent set to None). ``crop_originals``: {id: guard embedding of the aligned
+    input crop} where the caller has them. Returns (outs, latents, variants, checks)."""
+    outs, latents = list(outs), list(latents)
+    n_variants = int(method.guard_variants if n_variants is None else n_variants)
+    probe = wrong_key_probe(method, guard, crops, key_indices, secret, controls, crop_originals) if n_variants > 0 else None
+
+    def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
+        dist = distances(candidate, which)
+        wrong = probe(candidate, candidate_latents, list(dist), number) if probe is not None else {}
+        return {
+            i: GuardCheck(
+                d[0],
+                d[1],
+                variant=number,
+                wrong_key_distance=wrong[i][0] if i in wrong else None,
+                wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
+            )
+            for i, d in dist.items()
+        }
+
+    live = [i for i in range(len(outs)) if outs[i] is not None]
+    got = checked(outs, latents, live, 0)
+    checks: list = [got.get(i) for i in range(len(outs))]
+    variants = [0] * len(outs)
+    failing = [i for i in live if not checks[i].passes(guard)]
+    for number in range(1, n_variants + 1):
+        if not failing:
+            break
+        k, ctl = method.guard_variant(method._keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
+        o, _, lat = method._process_isolated("anonymize", crops[failing], k, ctl)
+        trial, trial_latents = list(outs), list(latents)
+        for pos, i in enumerate(failing):
+            if o[pos] is not None:
+                trial[i], trial_latents[i] = o[pos], lat[pos]
+        got = checked(trial, trial_latents, [i for pos, i in enumerate(failing) if o[pos] is not None], number)
+        for pos, i in enumerate(failing):
+            tried = checks[i].tried + 1
+            if i in got and got[i].rank(guard) > checks[i].rank(guard):
+                outs[i], latents[i], variants[i], checks[i] = o[pos], lat[pos], number, got[i]
+            checks[i].tried = tried
+        failing = [i for i in failing if not checks[i].passes(guard)]
+    for i in live:
+        checks[i].blurred = checks[i].recognized(guard)
+        if checks[i].blurred:
+            checks[i].blur_reason = "face" if checks[i].face_recognized(guard) else "wrong_key"
+        if not checks[i].carry_allowed(guard):
+            latents[i] = None  # a wrong key reads the person back from this code: it does not ride in the image
+    return outs, latents, variants, checks
+
+
+def wrong_key_probe(method, guard: PrivacyGuard, crops: np.ndarray, key_indices, secret, controls: dict, originals: dict | None = None):
+    """For a reversible keyed ``method``, ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id: (SFace,
+    FaceRes) distance}``: each candidate is recovered with a stand-in wrong key (:meth:`~zoo.keys.KeyMaterial.wrong_key`,
+    key variant ``variant`` as a recovery of that face would use) and compared with the aligned input crop
+    (``originals``: {id: its guard embedding} where known, else computed once). The recovery is only measured, never
+    returned. None unless ``method.guard_wrong_key_check`` (on for every reversible keyed method).
+
+    Why: a wrong key must not give the person back, and what a wrong key returns can keep what the guard's choice of
+    key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated anonymized code
+    with any wrong password). One stand-in wrong key is a sample of what an attacker with the wrong key gets; the guard
+    accepts a candidate only if that sample is far from the person for both recognizers."""
+    if not (method.guard_wrong_key_check and method.reversible and method.uses_key):
+        return None
+    originals = dict(originals or {})
+
+    def probe(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, tuple[float, float]]:
+        if not which:
+            return {}
+        wrong = [k.wrong_key() for k in method._keys_for("anonymize", secret, [key_indices[i] for i in which])]
+        k, ctl = method.guard_variant(wrong, controls, number)
+        rec, _, _ = method._process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
+        done = [(i, r) for i, r in zip(which, rec) if r is not None]
+        new = [i for i, _ in done if i not in originals]
+        if new:
+            originals.update(zip(new, guard.crop_embeddings(crops[new])))
+        if not done:
+            return {}
+        d = guard.distances(np.stack([originals[i] for i, _ in done]), guard.crop_embeddings(np.stack([r for _, r in done])))
+        return {i: (float(x[0]), float(x[1])) for (i, _), x in zip(done, d)}
+
+    return probe

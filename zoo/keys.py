@@ -145,7 +145,7 @@ class KeyMaterial:
 
     def wrong_key(self) -> "KeyMaterial":
         """Other key material for the same face (HKDF of this one): the privacy guard's stand-in for a
-        wrong key (:meth:`~zoo.methods.base.DeidMethod._wrong_key_probe`). What it recovers is only
+        wrong key (:func:`zoo.guard.wrong_key_probe`). What it recovers is only
         measured, never shown."""
         seed = _expand(self.seed, b"guard-wrong-key-probe", 32)
         return KeyMaterial(seed, label=f"{self.label}|wrong-key probe", fingerprint="")

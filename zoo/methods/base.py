@@ -148,7 +148,7 @@ class DeidMethod:
     guard_by_default: ClassVar[bool] = False
     guard_variants: ClassVar[int] = 0
     #: reversible keyed methods: the guard also recovers each candidate with one stand-in wrong key and accepts it
-    #: only if neither recognizer knows the person in that recovery either (:meth:`_wrong_key_probe`)
+    #: only if neither recognizer knows the person in that recovery either (:func:`zoo.guard.wrong_key_probe`)
     guard_wrong_key_check: ClassVar[bool] = True
     #: the method draws a new face (generative): its output goes through :mod:`zoo.compositing` (face-mesh mask,
     #: colour, grain, blend). Methods whose recovery reads the output pixels back keep the plain paste.
@@ -384,109 +384,20 @@ class DeidMethod:
         return guard_for(None if option is True else float(option))
 
     def _guard_crops(self, guard, crops, key_indices, secret, controls, outs, latents):
-        """The privacy guard on aligned crops (``aligned=True``): :meth:`_guard_loop` with the SFace and FaceRes
+        """The privacy guard on aligned crops (``aligned=True``): :func:`zoo.guard.protect` with the SFace and FaceRes
         distances between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
+        from ..guard import protect
+
         live = [i for i in range(len(outs)) if outs[i] is not None]
         originals = dict(zip(live, guard.crop_embeddings(crops[live]))) if live else {}
 
-        def distances(candidate: list, which: list[int]) -> dict[int, float]:
+        def distances(candidate: list, which: list[int]) -> dict[int, tuple[float, float]]:
             if not which:
                 return {}
             d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
             return {i: (float(x[0]), float(x[1])) for i, x in zip(which, d)}
 
-        return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, None, distances, originals)
-
-    def _guard_loop(self, guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances, crop_originals=None):
-        """The privacy guard's rule (:mod:`zoo.guard`), whatever the distance is taken on: faces whose
-        ``distances(candidate_outs, face_ids) -> {id: (SFace, FaceRes distance)}`` do not pass (:meth:`GuardCheck.passes`) are
-        anonymized again with key variants 1..``n_variants`` (default :attr:`guard_variants`), the first
-        to pass kept, else the best; a face whose kept output either recognizer still matches is marked
-        to be blurred. With :attr:`guard_wrong_key_check`, candidates are also recovered with a stand-in
-        wrong key (:meth:`_wrong_key_probe`), and a candidate passes only if both are far (:meth:`GuardCheck.rank`).
-        ``crop_originals``: {id: guard embedding of the aligned input crop} where the caller has them already.
-        Returns (outs, latents, variants, checks)."""
-        from ..guard import GuardCheck
-
-        outs, latents = list(outs), list(latents)
-        n_variants = int(self.guard_variants if n_variants is None else n_variants)
-        probe = self._wrong_key_probe(guard, crops, key_indices, secret, controls, crop_originals) if n_variants > 0 else None
-
-        def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
-            dist = distances(candidate, which)
-            wrong = probe(candidate, candidate_latents, list(dist), number) if probe is not None else {}
-            return {
-                i: GuardCheck(
-                    d[0],
-                    d[1],
-                    variant=number,
-                    wrong_key_distance=wrong[i][0] if i in wrong else None,
-                    wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
-                )
-                for i, d in dist.items()
-            }
-
-        live = [i for i in range(len(outs)) if outs[i] is not None]
-        got = checked(outs, latents, live, 0)
-        checks: list = [got.get(i) for i in range(len(outs))]
-        variants = [0] * len(outs)
-        failing = [i for i in live if not checks[i].passes(guard)]
-        for number in range(1, n_variants + 1):
-            if not failing:
-                break
-            k, ctl = self.guard_variant(self._keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
-            o, _, lat = self._process_isolated("anonymize", crops[failing], k, ctl)
-            trial, trial_latents = list(outs), list(latents)
-            for pos, i in enumerate(failing):
-                if o[pos] is not None:
-                    trial[i], trial_latents[i] = o[pos], lat[pos]
-            got = checked(trial, trial_latents, [i for pos, i in enumerate(failing) if o[pos] is not None], number)
-            for pos, i in enumerate(failing):
-                tried = checks[i].tried + 1
-                if i in got and got[i].rank(guard) > checks[i].rank(guard):
-                    outs[i], latents[i], variants[i], checks[i] = o[pos], lat[pos], number, got[i]
-                checks[i].tried = tried
-            failing = [i for i in failing if not checks[i].passes(guard)]
-        for i in live:
-            checks[i].blurred = checks[i].recognized(guard)
-            if checks[i].blurred:
-                checks[i].blur_reason = "face" if checks[i].face_recognized(guard) else "wrong_key"
-            if not checks[i].carry_allowed(guard):
-                latents[i] = None  # a wrong key reads the person back from this code: it does not ride in the image
-        return outs, latents, variants, checks
-
-    def _wrong_key_probe(self, guard, crops, key_indices, secret, controls, originals=None):
-        """For a reversible keyed method, ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id:
-        (SFace, FaceRes) distance}``: each candidate is recovered with a stand-in wrong key (:meth:`KeyMaterial.wrong_key`,
-        key variant ``variant`` as a recovery of that face would use) and compared with the aligned input
-        crop (``originals``: {id: its guard embedding} where known, else computed once). The recovery is only
-        measured, never returned. None unless :attr:`guard_wrong_key_check` (on for every reversible keyed method).
-
-        Why: a wrong key must not give the person back, and what a wrong key returns can keep what the guard's
-        choice of key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated
-        anonymized code with any wrong password). One stand-in wrong key is a sample of what an attacker with the
-        wrong key gets; the guard accepts a candidate only if that sample is far from the person for both
-        recognizers."""
-        if not (self.guard_wrong_key_check and self.reversible and self.uses_key):
-            return None
-        originals = dict(originals or {})
-
-        def probe(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, float]:
-            if not which:
-                return {}
-            wrong = [k.wrong_key() for k in self._keys_for("anonymize", secret, [key_indices[i] for i in which])]
-            k, ctl = self.guard_variant(wrong, controls, number)
-            rec, _, _ = self._process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
-            done = [(i, r) for i, r in zip(which, rec) if r is not None]
-            new = [i for i, _ in done if i not in originals]
-            if new:
-                originals.update(zip(new, guard.crop_embeddings(crops[new])))
-            if not done:
-                return {}
-            d = guard.distances(np.stack([originals[i] for i, _ in done]), guard.crop_embeddings(np.stack([r for _, r in done])))
-            return {i: (float(x[0]), float(x[1])) for (i, _), x in zip(done, d)}
-
-        return probe
+        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, crop_originals=originals)
 
     @contextlib.contextmanager
     def run_scope(self):
@@ -626,9 +537,11 @@ class DeidMethod:
         return outs, errors, latents, variants
 
     def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
-        """The privacy guard over the faces of frames: :meth:`_guard_loop` with the two recognizers' distances of each
-        output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
+        """The privacy guard over the faces of frames: :func:`zoo.guard.protect` with the two recognizers' distances of
+        each output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
         alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
+        from ..guard import protect
+
         by_frame: dict[int, list[int]] = {}
         for i, (f, _) in enumerate(flat):
             by_frame.setdefault(f, []).append(i)
@@ -648,7 +561,7 @@ class DeidMethod:
                 got.update({i: (float(x[0]), float(x[1])) for i, x in zip(wanted, d)})
             return got
 
-        return self._guard_loop(guard, crops, key_indices, secret, controls, outs, latents, n_variants, distances)
+        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, n_variants)
 
     def _frame_in_photo(
         self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None
