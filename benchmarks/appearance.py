@@ -55,9 +55,9 @@ class DlibEye:
         import dlib
 
         from zoo.judges import get_judge
-        from zoo.pipeline import _package_dir
+        from zoo.pipeline import package_dir
 
-        models = Path(_package_dir("face_recognition_models")) / "models"
+        models = Path(package_dir("face_recognition_models")) / "models"
         self.cnn = dlib.cnn_face_detection_model_v1(str(models / "mmod_human_face_detector.dat"))
         self.judge = get_judge("dlib")
 

@@ -52,7 +52,7 @@ def identities(n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     """(names, uint8 crops [N,256,256,3], fine-style variants of the generated ones [n,256,256,3])."""
     import torch
 
-    from benchmarks.real_photos import _read, package_file
+    from benchmarks.real_photos import package_file, read_image
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.pipeline import align_face, detect_faces
 
@@ -73,7 +73,7 @@ def identities(n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     t1_path = package_file("insightface", "data", "images", "t1.jpg")
     crops = [gen]
     if t1_path is not None:
-        t1 = _read(t1_path)
+        t1 = read_image(t1_path)
         faces = detect_faces(t1)
         crops.append(np.stack([align_face(t1, f.landmarks, 256).crop for f in faces]))
         names += [f"t1:{i}" for i in range(len(faces))]

@@ -58,7 +58,7 @@ def face_mesh(crops: np.ndarray, boxes: np.ndarray, tmp: Path) -> np.ndarray:
 def main(argv: list[str] | None = None) -> int:
     import torch
 
-    from benchmarks.real_photos import _read, package_file
+    from benchmarks.real_photos import package_file, read_image
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.pipeline import align_face, detect_faces
 
@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         z = torch.from_numpy(np.random.default_rng(7).standard_normal((24, 512)).astype(np.float32))
         img = g.synthesis(g.truncate(g.mapping(z), 0.7), size=256)
     sets = {"generated": ((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()}
-    t1 = _read(package_file("insightface", "data", "images", "t1.jpg"))
+    t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))
     sets["t1 (tuning photo)"] = np.stack([align_face(t1, f.landmarks, 256).crop for f in detect_faces(t1)])
     result = {"command": command_line("benchmarks.faceres_crop", argv), "sets": {}}
     all_boxes = []

@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     import zoo
-    from benchmarks.real_photos import _read, package_file
+    from benchmarks.real_photos import package_file, read_image
     from zoo.judges import get_judge
     from zoo.pipeline import align_face, detect_faces
 
     torch.set_num_threads(a.threads)
-    t1 = _read(package_file("insightface", "data", "images", "t1.jpg"))
+    t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))
     faces = detect_faces(t1)
     crops = np.stack([align_face(t1, f.landmarks, 256).crop for f in faces[:6]] * 2)[:8]
     result: dict = {

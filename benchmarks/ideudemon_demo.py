@@ -44,12 +44,12 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _photos(extra: list[str]) -> tuple[list[Path], list[Path]]:
     from zoo.assets import example_images
-    from zoo.pipeline import _package_dir
+    from zoo.pipeline import package_dir
 
     ex = example_images()
     bundled = [ex[k] for k in ("group", "astronaut") if k in ex]
     held = []
-    d = _package_dir("insightface")
+    d = package_dir("insightface")
     if d is not None and Path(d, "data", "images", "Tom_Hanks_54745.png").is_file():
         held.append(Path(d, "data", "images", "Tom_Hanks_54745.png"))
     held += [Path(p) for p in extra]

@@ -109,7 +109,7 @@ def fetch_sdist_photos() -> list[Path]:
     return written
 
 
-def _read(path: Path) -> np.ndarray:
+def read_image(path: Path) -> np.ndarray:
     bgr = cv2.imread(str(path), cv2.IMREAD_COLOR)
     if bgr is None:
         raise OSError(f"cannot read {path}")
@@ -143,7 +143,7 @@ def photos() -> dict[str, tuple[np.ndarray, np.ndarray]]:
         path = photo_path(name)
         if path is None or name not in fixture:
             continue
-        out[name] = (_read(path), np.array(fixture[name]["boxes"], float))
+        out[name] = (read_image(path), np.array(fixture[name]["boxes"], float))
         if name == "t1":
             t1 = out[name][0]
             out["crowd"] = (_crowd(t1), np.array(crowd_boxes(fixture["t1"]["boxes"], t1.shape[:2]), float))
@@ -248,7 +248,7 @@ def annotate(redo: bool = False) -> dict:
             continue
         if path is None:
             continue
-        sources[name] = (" ".join(where), _read(path))
+        sources[name] = (" ".join(where), read_image(path))
     for name, (src, rgb) in sources.items():
         dets = cnn(rgb, 1)
         boxes = sorted([[float(d.rect.left()), float(d.rect.top()), float(d.rect.right()), float(d.rect.bottom())] for d in dets])

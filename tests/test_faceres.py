@@ -26,11 +26,11 @@ def _source_or_skip() -> Path:
 @pytest.fixture(scope="module")
 def faces8() -> np.ndarray:
     """8 FFHQ-aligned uint8 crops: the tuning photo's 6 faces and 2 generated ones."""
-    from benchmarks.real_photos import _read, package_file
+    from benchmarks.real_photos import package_file, read_image
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.pipeline import align_face, detect_faces
 
-    t1 = _read(package_file("insightface", "data", "images", "t1.jpg"))
+    t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))
     crops = [align_face(t1, f.landmarks, 256).crop for f in detect_faces(t1)]
     g = load_mobilestylegan()
     with torch.no_grad():

@@ -28,7 +28,7 @@ from accelerate.utils import set_seed
 from safetensors.torch import load_file
 
 from training.data import build_source
-from training.train import _load_init, load_config, resolve_method_class, train
+from training.train import load_config, load_init, resolve_method_class, train
 
 ROOT = Path(__file__).resolve().parent.parent
 ADVERSARIAL = ("adv", "local")  # generator terms that a training discriminator pushes back up
@@ -80,7 +80,7 @@ def build(method: str, cfg: dict, checkpoint: Path | None = None):
     set_seed(int(cfg.get("seed", 0)))
     m = resolve_method_class(method).from_config(copy.deepcopy(cfg))
     if checkpoint is not None:
-        _load_init(m, checkpoint)
+        load_init(m, checkpoint)
     return m
 
 

@@ -12,7 +12,7 @@ import json
 import torch
 
 from training.data import build_source
-from training.train import _load_init, load_config, resolve_method_class
+from training.train import load_config, load_init, resolve_method_class
 
 
 def stage_losses(
@@ -33,7 +33,7 @@ def stage_losses(
     """
     cfg = load_config(config)
     method = cls.from_config(cfg)
-    _load_init(method, model_dir)
+    load_init(method, model_dir)
     method.to("cpu")
     for comp in method.components.values():
         comp.eval()

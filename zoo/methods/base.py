@@ -38,7 +38,7 @@ from PIL import Image
 
 from ..keys import KeyMaterial, Secret, as_secret
 
-__all__ = ["Control", "FaceRecord", "DeidResult", "DeidMethod", "ImageLike"]
+__all__ = ["Control", "FaceRecord", "DeidResult", "DeidMethod", "ImageLike", "attach_carried"]
 
 log = logging.getLogger(__name__)
 
@@ -656,7 +656,7 @@ class DeidMethod:
         indices: list[int] = list(range(len(faces)))
         carried: list[np.ndarray | None] = [None] * len(faces)
         if carries and operation == "recover":
-            faces, indices, carried = _attach_carried(faces, carrier.extract_all(rgb, tag))
+            faces, indices, carried = attach_carried(faces, carrier.extract_all(rgb, tag))
         [(canvas, records)] = self.process_frames(operation, [rgb], [faces], [indices], secret, controls, [carried], guard=guard)
         return DeidResult(
             imageio.to_pil(canvas, alpha), self.name, operation, records, fingerprint, controls, False, time.perf_counter() - t0, self.weights_text
@@ -695,7 +695,7 @@ def _compose(
     return canvas
 
 
-def _attach_carried(faces: list, found: list, base_indices: Sequence[int] | None = None) -> tuple[list, list[int], list]:
+def attach_carried(faces: list, found: list, base_indices: Sequence[int] | None = None) -> tuple[list, list[int], list]:
     """Match carrier blocks to detected faces (a block inside a detected box belongs to that face).
 
     A matched face is aligned with the landmarks it had when it was anonymized and keyed by its

