@@ -195,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG (the --sheet-photo's first face)")
     ap.add_argument("--sheet-photo", default="astronaut")
     ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")
-    ap.add_argument("--add", action="store_true", help="add to the results file: keep its rows of the photos not run now")
+    ap.add_argument("--add", action="store_true", help="add to the results file: keep its rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
 
@@ -254,9 +254,9 @@ def main(argv: list[str] | None = None) -> int:
         before = json.loads(out_path.with_suffix(".json").read_text())
         ran = set(args.photos.split(","))
         for m, per in before.get("methods", {}).items():
-            kept = [r for r in per["faces"] if r["photo"] not in ran]
+            kept = [r for r in per["faces"] if m not in methods or r["photo"] not in ran]
             rows[m] = kept + rows.get(m, [])
-            seconds[m] = seconds.get(m, 0.0) + per.get("seconds", 0.0)
+            seconds[m] = seconds.get(m, 0.0) + (per.get("seconds", 0.0) if kept else 0.0)
         command = before["command"] + " ; " + command
     result = {
         "command": command,

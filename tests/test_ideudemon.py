@@ -258,6 +258,21 @@ def test_same_image_key_and_scale_give_the_same_output(method, x64):
     assert (a - c).abs().amax(dim=(1, 2, 3)).min().item() > 0.05  # another key, another face
 
 
+def test_guard_variants_draw_new_noise_at_a_growing_scale(method):
+    """The privacy guard's variant n: key material derived from each face's key, and scale + 0.05 n up to 0.40."""
+    keys = _keys("guard", 2)
+    same, ctl0 = method.guard_variant(keys, {"scale": 0.25}, 0)
+    assert ctl0["scale"] == 0.25 and [k.normal(4).tolist() for k in same] == [k.normal(4).tolist() for k in keys]
+    scales = []
+    for n in (1, 2, 3):
+        k_n, ctl = method.guard_variant(keys, {"scale": 0.25}, n)
+        assert not torch.equal(k_n[0].normal(8), keys[0].normal(8))
+        scales.append(ctl["scale"])
+    assert scales == sorted(scales) and scales[0] > 0.25 and abs(scales[-1] - 0.40) < 1e-9
+    assert method.guard_variant(keys, {"scale": 0.38}, 2)[1]["scale"] == 0.40  # never past the paper's range
+    assert method.guard_variants == 3
+
+
 def test_batch_of_one_equals_a_row_of_a_batch_of_eight(method, x64):
     keys = _keys("batch", 8)
     with torch.no_grad():

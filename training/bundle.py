@@ -254,7 +254,8 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
 
     lines = [
         "Whole real photos at the defaults (privacy guard and compositing on), judged by dlib at each face's place "
-        f"(`{result['command'].strip()}`; tuning = insightface's t1.jpg, held-out = the other packaged photos; "
+        f"(`{result['command'].strip()}`; tuning = insightface's t1.jpg and face_recognition's biden, held-out = the other "
+        "real photos that packages ship, benchmarks/real_photos.py; "
         "rates k/n [95% Wilson], medians otherwise; dE: CIE76 colour difference output vs original):",
         "",
         "| split | faces | dlib same person | right-key recovery same | wrong-key recovery same | dlib finds the face | face dE | skin-ring dE | sharpness (out/in) | yaw change deg | landmark NME |",

@@ -58,6 +58,10 @@ from .base import Control, NeuralMethod
 __all__ = ["IDEudemon", "IDEudemonStepOne", "STEP_ONE_LABEL", "NOISE_CONTEXT", "id_noise", "hybrid_image", "STYLING_CLASSES", "FACE_CLASSES"]
 
 NOISE_CONTEXT = "ideudemon/id-noise"
+#: the noise std of eq. 3: default (the paper recommends 0.2-0.3) and the largest the paper studies
+SCALE_DEFAULT, SCALE_MAX = 0.25, 0.40
+#: how much each privacy-guard variant raises the noise std (variants 1, 2, 3 of the default: 0.30, 0.35, 0.40)
+GUARD_SCALE_STEP = 0.05
 #: parser classes of the styling mask (kept from X) and of the face region (taken from X_p)
 STYLING_CLASSES = ("hair", "hat", "eye_g", "ear_r", "neck_l")
 FACE_CLASSES = ("skin", "l_brow", "r_brow", "l_eye", "r_eye", "l_ear", "r_ear", "nose", "mouth", "u_lip", "l_lip")
@@ -100,11 +104,18 @@ class IDEudemon(NeuralMethod):
     paper = "Wen et al., Divide and Conquer: a Two-Step Method for High Quality Face De-identification with Model Explainability (IDEudemon)"
     reversible = False
     uses_key = True
-    controls = (Control("scale", "float", 0.25, 0.05, 0.40, help="std of the Gaussian noise on the ID code (paper: 0.2-0.3 recommended, 0.05-0.40 studied)"),)
+    controls = (
+        Control(
+            "scale", "float", SCALE_DEFAULT, 0.05, SCALE_MAX, help="std of the Gaussian noise on the ID code (paper: 0.2-0.3 recommended, 0.05-0.40 studied)"
+        ),
+    )
     component_names = ("restorer",)
     stages: ClassVar[tuple[int, ...]] = (1,)
     resolution = 512
     max_batch = 8
+    #: privacy guard (zoo.guard): a face a recognizer still finds close is drawn again up to 3 times, each with
+    #: new key noise and a larger ``scale`` (:meth:`guard_variant`)
+    guard_variants: ClassVar[int] = 3
 
     train_generator: torch.Generator | None = None
     weights_label: str | None = None
@@ -289,6 +300,14 @@ class IDEudemon(NeuralMethod):
         return head * y + (1 - head) * x if self.blend_output else y
 
     # ------------------------------------------------------------------ DeidMethod
+    def guard_variant(self, keys: Sequence[KeyMaterial], controls: dict[str, Any], number: int) -> tuple[list, dict[str, Any]]:
+        """The guard's variant ``number``: key material derived from each face's key (new noise) and, stronger each
+        time, ``scale`` + :data:`GUARD_SCALE_STEP` x ``number``, at most the paper's largest studied 0.40."""
+        keys_n, ctl = super().guard_variant(keys, controls, number)
+        if number > 0:
+            ctl["scale"] = min(SCALE_MAX, float(ctl.get("scale", SCALE_DEFAULT)) + GUARD_SCALE_STEP * number)
+        return keys_n, ctl
+
     def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], scale: float = 0.25, **controls: Any) -> torch.Tensor:
         """Aligned faces ``[N,3,R,R]`` in [-1,1] -> de-identified faces, one key per row."""
         return self.step_two(x, self.step_one(x, keys, scale))
