@@ -139,9 +139,14 @@ def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes:
 
 
 def summarise(rows: list[dict]) -> dict:
+    """Rates over every face; medians of the appearance measures over the faces the method drew (status
+    ``processed``: a face the guard blurred is counted in ``guard_blurred``, not in how drawn faces look)."""
     if not rows:
         return {"n": 0}
-    med = {k: round(float(np.median([r[k] for r in rows])), 3) for k in ("nme", "yaw", "mouth", "eyes", "face_de", "ring_de", "sharpness")}
+    drawn = [r for r in rows if r.get("status") == "processed"]
+    med = {
+        k: (round(float(np.median([r[k] for r in drawn])), 3) if drawn else None) for k in ("nme", "yaw", "mouth", "eyes", "face_de", "ring_de", "sharpness")
+    }
     n = len(rows)
     recovery = {}
     if all("recovered_same" in r for r in rows):
@@ -155,6 +160,7 @@ def summarise(rows: list[dict]) -> dict:
         "ring_de_ok": rate(sum(r["ring_de"] <= 2.5 for r in rows), n),
         "face_de_ok": rate(sum(r["face_de"] <= 6 for r in rows), n),
         "sharpness_ok": rate(sum(0.6 <= r["sharpness"] <= 1.4 for r in rows), n),
+        "drawn": len(drawn),
         "median": med,
     }
 
@@ -197,7 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")
     ap.add_argument("--add", action="store_true", help="add to the results file: keep its rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--summarise", action="store_true", help="only write the summaries again from the results file's face rows")
     args = ap.parse_args(argv)
+    out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
+    if args.summarise:
+        write_report(json.loads(out_path.with_suffix(".json").read_text()), out_path)
+        return 0
 
     import zoo
 
@@ -248,7 +259,6 @@ def main(argv: list[str] | None = None) -> int:
                 if method == "dbaf" and recovered is not None:
                     sheet_cols.append(("dbaf recovered (right key)", recovered))
 
-    out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
     command = command_line("benchmarks.appearance", argv)
     if args.add and out_path.with_suffix(".json").is_file():  # one results file built over several runs
         before = json.loads(out_path.with_suffix(".json").read_text())
@@ -261,23 +271,31 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "command": command,
         "compositing": "off (plain 5-point paste)" if args.paste else "on (zoo.compositing)",
-        "methods": {
-            m: {
-                "tuning": summarise([r for r in rs if r["split"] == "tuning"]),
-                "held-out": summarise([r for r in rs if r["split"] == "held-out"]),
-                "seconds": round(seconds[m], 1),
-                "faces": rs,
-            }
-            for m, rs in rows.items()
-        },
+        "methods": {m: {"seconds": round(seconds[m], 1), "faces": rs} for m, rs in rows.items()},
     }
+    write_report(result, out_path)
+    if args.sheet and sheet_photo is not None:
+        sheet = contact_sheet(sheet_photo, sheet_cols, sheet_box)
+        Path(args.sheet).parent.mkdir(parents=True, exist_ok=True)
+        cv2.imwrite(args.sheet, cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9])
+        print("wrote", args.sheet)
+    return 0
+
+
+def write_report(result: dict, out_path: Path) -> None:
+    """Summaries (tuning and held-out apart) from each method's face rows, then the JSON and Markdown results."""
+    for per in result["methods"].values():
+        rs = per["faces"]
+        per["tuning"] = summarise([r for r in rs if r["split"] == "tuning"])
+        per["held-out"] = summarise([r for r in rs if r["split"] == "held-out"])
     md = [
         f"# Appearance of the output faces ({result['compositing']})",
         "",
-        f"`{result['command']}`. dlib judges every column; medians over faces; targets: ring dE <= 2.5, face dE <= 6, sharpness 0.6-1.4.",
+        f"`{result['command']}`. dlib judges every column. Rates over every face; medians over the faces the method drew "
+        "(not blurred by the guard); targets: ring dE <= 2.5, face dE <= 6, sharpness 0.6-1.4.",
         "",
-        "| method | split | N | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw (deg) | NME | mouth | eyes | right key: same / closer | wrong key: same |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | split | N | blurred by the guard | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw (deg) | NME | mouth | eyes | right key: same / closer | wrong key: same |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -286,17 +304,11 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             med = s["median"]
             md.append(
-                f"| {m} | {split} | {s['n']} | {s['detected']['k']}/{s['n']} | {s['same']['k']}/{s['n']} {s['same']['95ci']} | {med['face_de']} | {med['ring_de']} | "
-                f"{med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
+                f"| {m} | {split} | {s['n']} | {s['guard_blurred']['k']}/{s['n']} | {s['detected']['k']}/{s['n']} | {s['same']['k']}/{s['n']} {s['same']['95ci']} | "
+                f"{med['face_de']} | {med['ring_de']} | {med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
             )
     write_results(out_path, result, md)
     print("\n".join(md))
-    if args.sheet and sheet_photo is not None:
-        sheet = contact_sheet(sheet_photo, sheet_cols, sheet_box)
-        Path(args.sheet).parent.mkdir(parents=True, exist_ok=True)
-        cv2.imwrite(args.sheet, cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_PNG_COMPRESSION, 9])
-        print("wrote", args.sheet)
-    return 0
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ Faces under 20 px (box side) are counted but not judged (dlib "matches" a grey d
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import time
 from pathlib import Path
@@ -92,6 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--transforms", default=",".join(RP.TRANSFORMS))
     p.add_argument("--photos", default=",".join(RP.REAL_PHOTOS))
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--add", action="store_true", help="keep the results file's entries of the methods not run now")
     a = p.parse_args(argv)
 
     import zoo
@@ -132,6 +134,11 @@ def main(argv: list[str] | None = None) -> int:
         result["methods"][method_name] = entry
         print(method_name, entry, flush=True)
 
+    if a.add and a.out.with_suffix(".json").is_file():  # one results file built over several runs
+        before = json.loads(a.out.with_suffix(".json").read_text())
+        if before.get("split") == result["split"]:
+            result["methods"] = {**{m: e for m, e in before["methods"].items() if m not in result["methods"]}, **result["methods"]}
+            result["command"] = before["command"] + " ; " + result["command"]
     lines = [
         "# Fail closed on real photos x 7 transforms",
         "",
