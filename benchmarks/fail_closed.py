@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             result["methods"] = {**{m: e for m, e in before["methods"].items() if m not in result["methods"]}, **result["methods"]}
             result["command"] = before["command"] + " ; " + result["command"]
     lines = [
-        "# Fail closed on real photos x 7 transforms",
+        f"# Fail closed on real photos x {len(a.transforms.split(','))} transform(s)",
         "",
         f"`{result['command']}`",
         "",
