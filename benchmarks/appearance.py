@@ -37,7 +37,8 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks.reconstruct_real import PHOTOS, packaged_photos, rate
+from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
+from benchmarks.reconstruct_real import rate
 from benchmarks.report import command_line, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
 from zoo.face3d.landmarks import head_pose, predict_landmarks68
@@ -196,7 +197,7 @@ def contact_sheet(photo: np.ndarray, columns: list[tuple[str, np.ndarray]], box:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
-    ap.add_argument("--photos", default=",".join(PHOTOS), help="names from benchmarks.reconstruct_real.PHOTOS")
+    ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--paste", action="store_true", help="compositing off: the plain 5-point paste")
     ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG (the --sheet-photo's first face)")
     ap.add_argument("--sheet-photo", default="astronaut")

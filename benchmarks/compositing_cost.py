@@ -2,7 +2,7 @@
 
     python -m benchmarks.compositing_cost [--repeat 5] [--blend feather|poisson]
 
-Every face of the packaged photos (:data:`benchmarks.reconstruct_real.PHOTOS`) gets a 256 px aligned crop (the
+Every face of the packaged photos (:data:`benchmarks.real_photos.REAL_PHOTOS`) gets a 256 px aligned crop (the
 face's own crop, colour-shifted, standing in for a method's output) composited back: face mesh, mask, colour,
 grain, blend. Reports the median milliseconds per face over ``--repeat`` runs, the torch/OpenCV thread count and
 which mask each face got. Goal: at most 50 ms per face on 2 cores. Writes
@@ -20,7 +20,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks.reconstruct_real import packaged_photos
+from benchmarks.real_photos import packaged_photos
 from benchmarks.report import command_line, write_results
 from zoo.compositing import composite_face
 from zoo.pipeline import align_face, detect_faces

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import cv2
@@ -70,13 +71,33 @@ def sdist_dir(requirement: str) -> Path:
     return zoo_cache_dir() / "photos" / requirement.replace("==", "-")
 
 
+def _sdist_requirement(where: tuple[str, ...]) -> str | None:
+    """The source distribution a :data:`REAL_PHOTOS` location lies in (``"sdist:REQ"`` -> ``REQ``), None for a package."""
+    return where[0][len("sdist:") :] if where[0].startswith("sdist:") else None
+
+
 def photo_path(name: str) -> Path | None:
     """The file of :data:`REAL_PHOTOS` ``name``, or None where its package is not installed / not fetched."""
     where = REAL_PHOTOS[name][1]
-    if where[0].startswith("sdist:"):
-        p = sdist_dir(where[0][len("sdist:") :]).joinpath(*where[1:])
+    requirement = _sdist_requirement(where)
+    if requirement is not None:
+        p = sdist_dir(requirement).joinpath(*where[1:])
         return p if p.is_file() else None
     return package_file(*where)
+
+
+def packaged_photos(names: Sequence[str] | None = None) -> Iterator[tuple[str, str, np.ndarray]]:
+    """(photo, split, uint8 RGB [H,W,3]) for each of :data:`REAL_PHOTOS` (or ``names`` of them, in that order), read
+    with :func:`zoo.imageio.load_image` as a user's photo would be; a photo that is not here is skipped (and said so)."""
+    from zoo.imageio import load_image
+
+    for name in REAL_PHOTOS if names is None else names:
+        split, where = REAL_PHOTOS[name]
+        path = photo_path(name)
+        if path is None:
+            print(f"skipped {name}: {where[0]} not installed (sdist photos: python -m benchmarks.real_photos --fetch)")
+            continue
+        yield name, split, load_image(path)[0]
 
 
 def fetch_sdist_photos() -> list[Path]:
@@ -84,8 +105,9 @@ def fetch_sdist_photos() -> list[Path]:
     registry) and extract only the photos listed; returns the photo files. Nothing else of the archive is kept."""
     wanted: dict[str, list[tuple[str, ...]]] = {}
     for _, where in REAL_PHOTOS.values():
-        if where[0].startswith("sdist:"):
-            wanted.setdefault(where[0][len("sdist:") :], []).append(where[1:])
+        requirement = _sdist_requirement(where)
+        if requirement is not None:
+            wanted.setdefault(requirement, []).append(where[1:])
     written = []
     for requirement, paths in wanted.items():
         dest = sdist_dir(requirement)

@@ -21,16 +21,15 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from benchmarks.real_photos import REAL_PHOTOS, photo_path
+from benchmarks.real_photos import packaged_photos
 from benchmarks.report import command_line, write_results
 from training.evaluate import wilson_interval
-from zoo.imageio import from_tensor, load_image, to_tensor
+from zoo.imageio import from_tensor, to_tensor
 from zoo.inversion import ALIGN_SIZE, encode_wplus, refine_wplus
 from zoo.judges import get_judge
 from zoo.nn.mobilestylegan import load_mobilestylegan
@@ -40,25 +39,9 @@ from zoo.pipeline import align_face, detect_faces, face_mask
 OUT = Path(__file__).resolve().parent / "results" / "reconstruct_real"
 
 
-#: name -> (split, where): the real photos of :mod:`benchmarks.real_photos`
-PHOTOS = REAL_PHOTOS
-
-
-def packaged_photos(names: Sequence[str] | None = None) -> Iterator[tuple[str, str, np.ndarray]]:
-    """(photo, split, uint8 RGB [H,W,3]) for each of :data:`PHOTOS` (or ``names`` of them, in that order); a photo
-    whose package is not installed is skipped (and said so)."""
-    for name in PHOTOS if names is None else names:
-        split, parts = PHOTOS[name]
-        path = photo_path(name)
-        if path is None:
-            print(f"skipped {name}: {parts[0]} not installed (sdist photos: python -m benchmarks.real_photos --fetch)")
-            continue
-        yield name, split, load_image(path)[0]
-
-
 def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarray]]:
-    """(photo, split, face index, FFHQ-aligned uint8 crop [size,size,3]) for every detected face of :data:`PHOTOS`
-    (:func:`packaged_photos`)."""
+    """(photo, split, face index, FFHQ-aligned uint8 crop [size,size,3]) for every detected face of the real photos
+    (:func:`benchmarks.real_photos.packaged_photos`)."""
     return [(name, split, i, align_face(rgb, face.landmarks, size).crop) for name, split, rgb in packaged_photos() for i, face in enumerate(detect_faces(rgb))]
 
 

@@ -6,7 +6,7 @@ Faces, split before measuring:
 
 * ``generated``: the generator's own faces (seeds 5,000,000+, truncation 0.8; never used for any setting),
   drawn from W+ exactly, so recovery tests the keyed transform, not the inversion;
-* real faces from photos that packages ship (:data:`benchmarks.reconstruct_real.PHOTOS`): ``tuning`` (t1.jpg,
+* real faces from photos that packages ship (:data:`benchmarks.real_photos.REAL_PHOTOS`): ``tuning`` (t1.jpg,
   6 faces) and ``held-out`` (astronaut, camera, grace_hopper, Tom_Hanks), FFHQ-aligned at 256 px and inverted
   with the W+ encoder + ``--steps`` refinement steps (SFace identity term at the method's default weight).
 
