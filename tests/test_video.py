@@ -102,13 +102,13 @@ def test_tracker_bridges_gaps_and_keeps_ids():
 def test_anonymize_video_tracks_keep_one_key_and_audio(clip, tmp_path, monkeypatch):
     m = load("noise")
     seen: list[list[int]] = []
-    orig = type(m)._keys_for
+    orig = type(m).keys_for
 
     def spy(self, operation, secret, indices):
         seen.append(list(indices))
         return orig(self, operation, secret, indices)
 
-    monkeypatch.setattr(type(m), "_keys_for", spy)
+    monkeypatch.setattr(type(m), "keys_for", spy)
     out = tmp_path / "anon.mp4"
     res = zv.anonymize_video(m, clip, out, key="video-key", progress=False, batch_frames=3)
     rep = json.loads(json.dumps(res.report()))  # JSON-able

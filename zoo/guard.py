@@ -230,8 +230,8 @@ def protect(
     for number in range(1, n_variants + 1):
         if not failing:
             break
-        k, ctl = method.guard_variant(method._keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
-        o, _, lat = method._process_isolated("anonymize", crops[failing], k, ctl)
+        k, ctl = method.guard_variant(method.keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
+        o, _, lat = method.process_isolated("anonymize", crops[failing], k, ctl)
         trial, trial_latents = list(outs), list(latents)
         for pos, i in enumerate(failing):
             if o[pos] is not None:
@@ -270,9 +270,9 @@ def wrong_key_probe(method, guard: PrivacyGuard, crops: np.ndarray, key_indices,
     def probe(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, tuple[float, float]]:
         if not which:
             return {}
-        wrong = [k.wrong_key() for k in method._keys_for("anonymize", secret, [key_indices[i] for i in which])]
+        wrong = [k.wrong_key() for k in method.keys_for("anonymize", secret, [key_indices[i] for i in which])]
         k, ctl = method.guard_variant(wrong, controls, number)
-        rec, _, _ = method._process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
+        rec, _, _ = method.process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
         done = [(i, r) for i, r in zip(which, rec) if r is not None]
         new = [i for i, _ in done if i not in originals]
         if new:

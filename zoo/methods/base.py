@@ -321,7 +321,7 @@ class DeidMethod:
                 outs.append(from_tensor(y.float().cpu()))
         return np.concatenate(outs, axis=0), (np.concatenate(latents) if latents else None)
 
-    def _keys_for(self, operation: str, secret: Secret | None, indices: Sequence[int]) -> list:
+    def keys_for(self, operation: str, secret: Secret | None, indices: Sequence[int]) -> list:
         """One key per face, face ``indices[j]`` keyed by its index (a carried face keeps the index it had
         when it was anonymized). Methods that ignore the key get none (and no fresh random secret is
         stretched for them)."""
@@ -332,7 +332,7 @@ class DeidMethod:
             return self.face_keys(secret, n)
         return [self.face_keys(secret, 1, start=int(i))[0] for i in indices]
 
-    def _process_isolated(self, operation, crops, keys, controls, carried=None):
+    def process_isolated(self, operation, crops, keys, controls, carried=None):
         """Run the whole batch; if it fails, retry face by face so one bad face cannot sink the others.
         Returns (images or None per face, error or None per face, carried latent or None per face)."""
         carried = carried if carried is not None else [None] * len(crops)
@@ -437,7 +437,7 @@ class DeidMethod:
         one :class:`FaceRecord` per face.
         """
         if operation == "anonymize" and self.works_in_photo:
-            flat_keys = self._keys_for("anonymize", secret, [int(i) for ix in indices for i in ix])  # one call per batch
+            flat_keys = self.keys_for("anonymize", secret, [int(i) for ix in indices for i in ix])  # one call per batch
             out, pos = [], 0
             for rgb, fs, ix in zip(frames, faces, indices):
                 out.append(self._frame_in_photo(rgb, list(fs), list(ix), secret, controls, flat_keys[pos : pos + len(ix)]))
@@ -524,14 +524,14 @@ class DeidMethod:
         n = len(crops)
         codes = [c.latent if isinstance(c, CarriedLatent) else c for c in carried]
         variants = [c.variant if isinstance(c, CarriedLatent) and operation == "recover" else 0 for c in carried]
-        keys = self._keys_for(operation, secret, key_indices)
+        keys = self.keys_for(operation, secret, key_indices)
         outs: list = [None] * n
         errors: list = [None] * n
         latents: list = [None] * n
         for v in sorted(set(variants)):
             ids = [i for i in range(n) if variants[i] == v]
             k, ctl = self.guard_variant([keys[i] for i in ids], controls, v)
-            o, e, lat = self._process_isolated(operation, crops[ids], k, ctl, [codes[i] for i in ids])
+            o, e, lat = self.process_isolated(operation, crops[ids], k, ctl, [codes[i] for i in ids])
             for pos, i in enumerate(ids):
                 outs[i], errors[i], latents[i] = o[pos], e[pos], lat[pos]
         return outs, errors, latents, variants
@@ -573,7 +573,7 @@ class DeidMethod:
         fingerprint = secret.fingerprint if secret is not None else None
         err = None
         try:
-            keys = self._keys_for("anonymize", secret, indices) if keys is None else keys
+            keys = self.keys_for("anonymize", secret, indices) if keys is None else keys
             canvas, actions = self.anonymize_in_photo(rgb, faces, keys, **controls)
             if canvas.shape != rgb.shape or canvas.dtype != np.uint8 or len(actions) != len(faces):
                 raise RuntimeError(f"{self.name}.anonymize_in_photo returned {canvas.shape} {canvas.dtype}, {len(actions)} actions for {len(faces)} faces")

@@ -243,7 +243,9 @@ class IDEudemon(NeuralMethod):
         tex = (float(np.cos(t)) * z_id[:, k:] + float(np.sin(t)) * noise[:, k:] / 3.0).clamp(-1.0, 1.0)
         return torch.cat([shape, tex], 1)
 
-    def step_one(self, x: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, scale: float = 0.25, noise: torch.Tensor | None = None) -> dict[str, Any]:
+    def step_one(
+        self, x: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, scale: float = SCALE_DEFAULT, noise: torch.Tensor | None = None
+    ) -> dict[str, Any]:
         """Step I + visual similarity assistance (no restorer).
 
         ``noise`` ``[N, 100]`` (standard normal) overrides the key-derived noise (training, tests).
@@ -308,7 +310,7 @@ class IDEudemon(NeuralMethod):
             ctl["scale"] = min(SCALE_MAX, float(ctl.get("scale", SCALE_DEFAULT)) + GUARD_SCALE_STEP * number)
         return keys_n, ctl
 
-    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], scale: float = 0.25, **controls: Any) -> torch.Tensor:
+    def anonymize_faces(self, x: torch.Tensor, keys: Sequence[KeyMaterial], scale: float = SCALE_DEFAULT, **controls: Any) -> torch.Tensor:
         """Aligned faces ``[N,3,R,R]`` in [-1,1] -> de-identified faces, one key per row."""
         return self.step_two(x, self.step_one(x, keys, scale))
 
