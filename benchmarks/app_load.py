@@ -179,7 +179,7 @@ def main(argv: list[str] | None = None) -> dict:
     for _s, out, _e in ok:
         c, s = _downloads_holding(original, out)
         checked, same = checked + c, same + s
-    exposed = _exposed(space_app.gradio_temp_dir()) + _exposed(space_app._app_dir())
+    exposed = _exposed(space_app.gradio_temp_dir()) + _exposed(space_app.app_dir())
     world_readable_originals = [p for p in exposed if Path(p.split(" ")[0]).is_file() and Path(p.split(" ")[0]).suffix.lower() in (".png", ".jpg", ".jpeg")]
     demo.close()
 

@@ -41,8 +41,8 @@ from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate
 from benchmarks.report import command_line, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
+from zoo.detectors import DetectedFace
 from zoo.face3d.landmarks import head_pose, predict_landmarks68
-from zoo.pipeline import DetectedFace
 
 OUT = Path(__file__).resolve().parent / "results" / "appearance"
 KEY = "appearance"
@@ -55,8 +55,8 @@ class DlibEye:
     def __init__(self) -> None:
         import dlib
 
+        from zoo.detectors import package_dir
         from zoo.judges import get_judge
-        from zoo.pipeline import package_dir
 
         models = Path(package_dir("face_recognition_models")) / "models"
         self.cnn = dlib.cnn_face_detection_model_v1(str(models / "mmod_human_face_detector.dat"))

@@ -22,8 +22,9 @@ import numpy as np
 
 from benchmarks.real_photos import packaged_photos
 from benchmarks.report import command_line, write_results
+from zoo.alignment import align_face
 from zoo.compositing import composite_face
-from zoo.pipeline import align_face, detect_faces
+from zoo.detection import detect_faces
 
 OUT = Path(__file__).resolve().parent / "results" / "compositing_cost"
 

@@ -59,7 +59,8 @@ def _deface_runner(threshold: float = 0.2, mask_scale: float = 1.3):
 
 def _judge_faces(ref: np.ndarray, boxes: np.ndarray):
     """DetectedFace per known box: YuNet's landmarks where YuNet finds the face in ``ref``, else None."""
-    from zoo.pipeline import DetectedFace, detect_faces
+    from zoo.detection import detect_faces
+    from zoo.detectors import DetectedFace
 
     found = detect_faces(ref, "yunet")
     out = []
@@ -134,7 +135,7 @@ def main(argv=None) -> int:
     cv2.setNumThreads(args.threads)
     if args.detector:
         os.environ["ZOO_DETECTOR"] = args.detector
-    from zoo.pipeline import resolve_detector
+    from zoo.detectors import resolve_detector
 
     detector = resolve_detector("auto")
     controls: dict[str, dict] = {}

@@ -2,8 +2,8 @@
 
     python -m benchmarks.detection_recall [--configs yunet:0,yunet,yunet:2,...] [--threads 2]
 
-A config is ``DETECTOR[:UPSCALE]`` (``DETECTOR`` as ``zoo.pipeline.detect_faces`` takes it, e.g.
-``yunet+centerface``; ``UPSCALE`` 0 = no upscaled pass, none = the default ``zoo.pipeline.UPSCALE``). Photos and known faces: ``real_photos.py``
+A config is ``DETECTOR[:UPSCALE]`` (``DETECTOR`` as ``zoo.detection.detect_faces`` takes it, e.g.
+``yunet+centerface``; ``UPSCALE`` 0 = no upscaled pass, none = the default ``zoo.detection.UPSCALE``). Photos and known faces: ``real_photos.py``
 (t1, astronaut, camera, crowd = 62 faces); transforms: as taken, turned 90/180/270, mirrored, 0.25x,
 grayscale. A known face is found when a detected box lies on it (``real_photos.matches``). Extra
 detections (boxes on no known face) are counted too, with those on scikit-image's ``coffee`` (no
@@ -34,7 +34,7 @@ def run(configs: list[str], transforms: list[str]) -> dict:
     import torch
     from skimage import data
 
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
 
     photos = RP.photos()
     coffee = np.ascontiguousarray(data.coffee())

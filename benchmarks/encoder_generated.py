@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     from zoo.judges import get_judge
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.nn.sface import load_sface
-    from zoo.pipeline import face_mask
+    from zoo.paste import face_mask
 
     torch.set_num_threads(a.threads)
     steps = sorted(int(s) for s in a.steps.split(","))

@@ -53,8 +53,9 @@ def identities(n: int) -> tuple[list[str], np.ndarray, np.ndarray]:
     import torch
 
     from benchmarks.real_photos import package_file, read_image
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
     from zoo.nn.mobilestylegan import load_mobilestylegan
-    from zoo.pipeline import align_face, detect_faces
 
     g = load_mobilestylegan()
     rng = np.random.default_rng(SEED_OFFSET)

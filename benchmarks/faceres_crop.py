@@ -59,8 +59,9 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from benchmarks.real_photos import package_file, read_image
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
     from zoo.nn.mobilestylegan import load_mobilestylegan
-    from zoo.pipeline import align_face, detect_faces
 
     g = load_mobilestylegan()
     with torch.no_grad():

@@ -42,7 +42,8 @@ KEY, WRONG_KEY = "fail-closed benchmark key", "some other key"
 def _judge_faces(ref: np.ndarray, boxes: np.ndarray) -> list:
     """DetectedFace per known box, with landmarks from the zoo's detector on the unprocessed photo (None where it finds
     no face there: that face is checked for being untouched but not judged)."""
-    from zoo.pipeline import DetectedFace, detect_faces
+    from zoo.detection import detect_faces
+    from zoo.detectors import DetectedFace
 
     found = detect_faces(ref)
     out = []

@@ -46,8 +46,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import zoo
     from benchmarks.real_photos import package_file, read_image
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
     from zoo.judges import get_judge
-    from zoo.pipeline import align_face, detect_faces
 
     torch.set_num_threads(a.threads)
     t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))

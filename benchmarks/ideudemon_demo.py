@@ -44,7 +44,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _photos(extra: list[str]) -> tuple[list[Path], list[Path]]:
     from zoo.assets import example_images
-    from zoo.pipeline import package_dir
+    from zoo.detectors import package_dir
 
     ex = example_images()
     bundled = [ex[k] for k in ("group", "astronaut") if k in ex]
@@ -57,14 +57,14 @@ def _photos(extra: list[str]) -> tuple[list[Path], list[Path]]:
 
 
 def _crops(paths: list[Path], size: int) -> tuple[np.ndarray, list[str]]:
-    from zoo import pipeline
+    from zoo import alignment, detection
     from zoo.imageio import load_image
 
     crops, names = [], []
     for p in paths:
         rgb, _ = load_image(str(p))
-        for i, face in enumerate(pipeline.detect_faces(rgb)):
-            crops.append(pipeline.align_face(rgb, face.landmarks, size).crop)
+        for i, face in enumerate(detection.detect_faces(rgb)):
+            crops.append(alignment.align_face(rgb, face.landmarks, size).crop)
             names.append(f"{p.name}#{i}")
     return (np.stack(crops) if crops else np.zeros((0, size, size, 3), np.uint8)), names
 
@@ -84,10 +84,10 @@ def _interval(r: dict) -> str:
 
 @torch.no_grad()
 def measure_set(method, crops: np.ndarray, scales: list[float], keys: int, label: str) -> list[dict]:
+    from zoo.detection import detect_faces
     from zoo.imageio import from_tensor, to_tensor
     from zoo.judges import get_judge
     from zoo.keys import Secret
-    from zoo.pipeline import detect_faces
 
     dlib = get_judge("dlib")
     x = to_tensor(crops)
@@ -137,9 +137,9 @@ def measure_set(method, crops: np.ndarray, scales: list[float], keys: int, label
 
 
 def measure_photos(method, paths: list[Path], scales: list[float], keys: int) -> list[dict]:
+    from zoo.detection import detect_faces
     from zoo.imageio import load_image
     from zoo.judges import embed_at_original_places, get_judge
-    from zoo.pipeline import detect_faces
 
     dlib = get_judge("dlib")
     loaded = [(p, load_image(str(p))[0]) for p in paths]

@@ -54,8 +54,10 @@ class _Judges:
         self.sface, self.dlib = get_judge("sface"), get_judge("dlib")
 
     def describe(self, img: np.ndarray) -> dict:
+        from zoo.alignment import ffhq_template
+        from zoo.detection import detect_faces
+        from zoo.detectors import DetectedFace
         from zoo.face3d.landmarks import detect_landmarks68, head_pose
-        from zoo.pipeline import DetectedFace, detect_faces, ffhq_template
 
         faces = detect_faces(img, "yunet")
         h, w = img.shape[:2]

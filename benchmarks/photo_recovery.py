@@ -52,9 +52,9 @@ def main(argv: list[str] | None = None) -> dict:
     import zoo
     from training.evaluate import parse_controls, rate
     from zoo.assets import example_images
+    from zoo.detection import detect_faces
     from zoo.imageio import load_image
     from zoo.judges import embed_at_original_places, get_judge
-    from zoo.pipeline import detect_faces
 
     dlib, sface = get_judge("dlib"), get_judge("sface")
     thr = dlib.distance_threshold

@@ -59,9 +59,9 @@ def run(methods: list[str], n_keys: int, threads: int, modes: tuple[str, ...] = 
     torch.set_num_threads(threads)
     from training.evaluate import rate
     from zoo.assets import example_images
+    from zoo.detection import detect_faces
     from zoo.imageio import load_image
     from zoo.judges import embed_at_original_places, get_judge
-    from zoo.pipeline import detect_faces
 
     dlib = get_judge("dlib")
     ex = example_images()

@@ -11,7 +11,7 @@ original:
 
 * dlib (the judge: no setting here uses it) same person at 0.6, and whether the original is the nearest of all
   originals of both sets to the reconstruction (rank-1);
-* PSNR inside the face mask (``zoo.pipeline.face_mask``) and SFace cosine;
+* PSNR inside the face mask (``zoo.paste.face_mask``) and SFace cosine;
 * seconds per face.
 
 Rates carry 95% Wilson intervals. Writes ``benchmarks/results/reconstruct_real.{json,md}``.
@@ -29,12 +29,14 @@ import torch
 from benchmarks.real_photos import packaged_photos
 from benchmarks.report import command_line, write_results
 from training.evaluate import wilson_interval
+from zoo.alignment import align_face
+from zoo.detection import detect_faces
 from zoo.imageio import from_tensor, to_tensor
 from zoo.inversion import ALIGN_SIZE, encode_wplus, refine_wplus
 from zoo.judges import get_judge
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.sface import load_sface
-from zoo.pipeline import align_face, detect_faces, face_mask
+from zoo.paste import face_mask
 
 OUT = Path(__file__).resolve().parent / "results" / "reconstruct_real"
 

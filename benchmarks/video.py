@@ -39,9 +39,10 @@ import torch
 import zoo.video as zv
 from zoo import load
 from zoo.assets import example_images
+from zoo.detection import detect_faces
+from zoo.detectors import DetectedFace
 from zoo.imageio import load_image
 from zoo.judges import get_judge
-from zoo.pipeline import DetectedFace, detect_faces
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -35,10 +35,11 @@ import torch
 from benchmarks.reconstruct_real import packaged_faces, rate
 from benchmarks.report import command_line, write_results
 from zoo import load
+from zoo.alignment import ffhq_template
 from zoo.face3d.landmarks import detect_landmarks68, head_pose
 from zoo.imageio import from_tensor, to_tensor
 from zoo.judges import get_judge
-from zoo.pipeline import face_mask, ffhq_template
+from zoo.paste import face_mask
 
 OUT = Path(__file__).resolve().parent / "results" / "wplus_methods"
 METHODS = ("dbaf", "hford", "ifadit", "personal")

@@ -68,7 +68,7 @@ def t1_rgb(t1_path) -> np.ndarray:
 
 @pytest.fixture(scope="session")
 def t1_faces(t1_rgb):
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
 
     return detect_faces(t1_rgb, "yunet")
 

@@ -1,4 +1,4 @@
-"""The Gradio app (space_app.py) end to end: started on localhost, driven through gradio_client.
+"""The Gradio app (space_app.py and its package app/) end to end: started on localhost, driven through gradio_client.
 
 Every tab must return images of the input's size for every method whose weights are installed here,
 bad uploads must come back as readable messages, and methods without weights must be shown disabled
@@ -32,6 +32,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 from gradio_client import Client, handle_file  # noqa: E402
 
 import space_app  # noqa: E402
+from app import video_tab  # noqa: E402
+from app.anonymize_tab import anonymize_photo  # noqa: E402
+from app.files import app_dir, hand_over, run_dir  # noqa: E402
+from app.methods import LOADED_METHODS  # noqa: E402
+from app.photos import check_upload  # noqa: E402
+from app.recover_tab import recover_roundtrip  # noqa: E402
+from app.video_tab import anonymize_clip  # noqa: E402
+from app.widgets import tab_problem  # noqa: E402
 
 
 def _download_tag(methods):
@@ -157,7 +165,7 @@ def _rgb(path) -> np.ndarray:
 
 
 def _face_box(photo: Path) -> tuple[int, int, int, int]:
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
 
     (face,) = detect_faces(_rgb(photo))
     x0, y0, x1, y1 = face.box
@@ -360,11 +368,11 @@ def test_zoo_methods_env_and_broken_checkpoint(monkeypatch, tmp_path, photo):
         (tmp_path / "toy_broken").mkdir()  # a checkpoint folder without any checkpoint in it
         catalog = space_app.method_catalog(["blur", "toy_broken"], checkpoints=str(tmp_path))
         assert catalog["toy_broken"].available  # the folder exists; loading is what fails
-        gallery, rows, zip_path, status = space_app.anonymize_photo(catalog, str(photo), ["blur", "toy_broken"], KEY, None, [], [])
+        gallery, rows, zip_path, status = anonymize_photo(catalog, str(photo), ["blur", "toy_broken"], KEY, None, [], [])
         assert [caption.split(" · ")[0] for _, caption in gallery] == ["blur"]
         assert "toy_broken" in status and "could not load" in status
         with pytest.raises(gr.Error, match="Every chosen method failed"):
-            space_app.anonymize_photo(catalog, str(photo), ["toy_broken"], KEY, None, [], [])
+            anonymize_photo(catalog, str(photo), ["toy_broken"], KEY, None, [], [])
     finally:
         registry._REGISTRY.pop("toy_broken", None)
 
@@ -385,10 +393,10 @@ def test_method_failures_logged_by_kind(app, photo, caplog):
     registry.register_method("broken", f"{__name__}:Broken")
     try:
         catalog = dict(app["catalog"], broken=space_app.method_catalog(["broken"])["broken"])
-        gallery, rows, zip_path, status = space_app.anonymize_photo(catalog, str(photo), ["shift", "broken", "blur"], KEY, None, [("shift", "amount")], [5.0])
+        gallery, rows, zip_path, status = anonymize_photo(catalog, str(photo), ["shift", "broken", "blur"], KEY, None, [("shift", "amount")], [5.0])
     finally:
         registry._REGISTRY.pop("broken", None)
-        space_app._METHODS.pop("broken", None)
+        LOADED_METHODS.pop("broken", None)
     assert [caption.split(" · ")[0] for _, caption in gallery] == ["blur"]
     assert "shift** failed" in status and "above its maximum" in status and "RuntimeError: internal bug" in status
     (user,) = [r for r in caplog.records if r.getMessage().startswith("shift failed")]
@@ -406,11 +414,11 @@ def test_request_files_are_private_and_handed_over(app, photo, tmp_path):
     holds results only, and handing the outputs to Gradio's cache leaves the app nothing behind."""
     old_umask = os.umask(0)  # the most permissive umask: modes must not depend on it
     try:
-        outputs = space_app.anonymize_photo(app["catalog"], str(photo), ["shift", "blur"], KEY, None, [], [])
+        outputs = anonymize_photo(app["catalog"], str(photo), ["shift", "blur"], KEY, None, [], [])
     finally:
         os.umask(old_umask)
     gallery, _rows, zip_path, _status = outputs
-    base = space_app._app_dir()
+    base = app_dir()
     run = Path(zip_path).parent
     assert run.parent == base and Path(zip_path).name == "anonymized_shift-blur.zip"
     folders = [base, run, *(d for d in run.rglob("*") if d.is_dir())]
@@ -429,7 +437,7 @@ def test_request_files_are_private_and_handed_over(app, photo, tmp_path):
         _assert_no_original(zf, _rgb(photo))
 
     cache = tmp_path / "gradio_cache"
-    handed = space_app._hand_over(outputs, cache)
+    handed = hand_over(outputs, cache)
     assert not run.exists()  # the request's folder is gone once Gradio holds the files
     paths = [p for p, _caption in handed[0]] + [handed[2]]
     assert [Path(p).name for p in paths] == [Path(p).name for p, _ in gallery] + [Path(zip_path).name]
@@ -440,7 +448,7 @@ def test_request_files_are_private_and_handed_over(app, photo, tmp_path):
 
 def test_served_files_leave_nothing_behind(app, photo):
     """Through the server: the zip Gradio serves is 0600 in a 0700 folder, and the request folder is deleted."""
-    base = space_app._app_dir()
+    base = app_dir()
     before = set(base.iterdir())
     client = Client(app["url"], verbose=False, download_files=False)  # -> the server's own paths
     gallery, _table, zipped, _status = client.predict(handle_file(str(photo)), ["shift"], KEY, "sface", api_name="/anonymize")
@@ -481,15 +489,15 @@ def test_page_and_api_publish_no_key_and_name_every_output(app):
 
 
 def test_recover_without_a_key_uses_a_fresh_one_per_run(app, photo):
-    outs = [space_app.recover_roundtrip(app["catalog"], str(photo), ["shift"], "", "", None, [], []) for _ in range(2)]
+    outs = [recover_roundtrip(app["catalog"], str(photo), ["shift"], "", "", None, [], []) for _ in range(2)]
     prints = [status.split("`")[1] for *_rest, status in outs]
     assert prints[0] != prints[1] and all("fresh random key for this run" in s for *_r, s in outs)
 
 
 def test_tabs_that_cannot_work_say_why_before_any_click():
     catalog = space_app.method_catalog(["blur", "pixelate"], checkpoints="")
-    assert space_app.tab_problem(catalog, "anonymize") is None
-    assert "No reversible method" in space_app.tab_problem(catalog, "recover")
+    assert tab_problem(catalog, "anonymize") is None
+    assert "No reversible method" in tab_problem(catalog, "recover")
     demo = space_app.build_app(catalog)
     comps = demo.get_config_file()["components"]
     texts = " ".join(str(c["props"].get("value")) for c in comps if c.get("type") == "markdown")
@@ -499,7 +507,7 @@ def test_tabs_that_cannot_work_say_why_before_any_click():
     assert buttons["Anonymize"] is not False and buttons["Make the grid"] is not False
     assert buttons["Anonymize the video"] is not False
     nothing = space_app.method_catalog(["no_such_method"], checkpoints="")
-    assert "No method can run" in space_app.tab_problem(nothing, "anonymize")
+    assert "No method can run" in tab_problem(nothing, "anonymize")
     comps = space_app.build_app(nothing).get_config_file()["components"]
     buttons = {c["props"]["value"]: c["props"].get("interactive") for c in comps if c.get("type") == "button"}
     assert buttons["Anonymize"] is False and buttons["Anonymize the video"] is False
@@ -520,7 +528,7 @@ def test_uploads_are_checked_as_they_arrive(app):
         fn = demo.fns[d["id"]]
         assert fn.concurrency_limit is None and d["api_visibility"] == "private" and d["show_progress"] == "hidden", d
     with pytest.raises(Exception, match="Not a readable image"):
-        space_app._check_upload(__file__)
+        check_upload(__file__)
 
 
 def test_gradio_cache_is_private_to_the_process(app, photo):
@@ -535,7 +543,7 @@ def test_gradio_cache_is_private_to_the_process(app, photo):
     assert uploads, "the upload is not in the app's private Gradio folder"
     for f in uploads:
         assert _mode(f) & 0o077 == 0, (f, oct(_mode(f)))
-    shutil.rmtree(space_app._run_dir("check"))  # a request sweeps the cache: files Gradio copied in (examples) become 0600
+    shutil.rmtree(run_dir("check"))  # a request sweeps the cache: files Gradio copied in (examples) become 0600
     loose = [f for f in cache.rglob("*") if f.is_file() and _mode(f) & 0o077]
     assert not loose, [(str(f), oct(_mode(f))) for f in loose]
 
@@ -575,7 +583,7 @@ def clip(tmp_path_factory, photo) -> Path:
     """8 frames (144x112, 8 fps, with an AAC tone) of the astronaut's face drifting right."""
     import cv2
 
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
     from zoo.video import write_video
 
     rgb = _rgb(photo)
@@ -600,14 +608,14 @@ def test_video_through_the_app(app, clip):
     """The video endpoint returns a playable clip with every frame, its faces changed, named for what it
     holds; the per-track table, the report (no server paths) and the download (video + per-frame report).
     The files served are 0600 in Gradio's private cache and the app's request folder is gone."""
-    before = set(space_app._app_dir().iterdir())
+    before = set(app_dir().iterdir())
     client = Client(app["url"], verbose=False, download_files=False)  # -> the server's own paths
     video, table, report, zipped, status = client.submit(handle_file(str(clip)), "blur", KEY, api_name="/anonymize_video").result(timeout=TIMEOUT)
     out, zip_path = Path(video["path"]), Path(zipped["path"])
     assert out.name == "anonymized_blur.mp4"
     for p in (out, zip_path):
         assert p.is_relative_to(app["demo"].GRADIO_CACHE) and _mode(p) == 0o600 and _mode(p.parent) == 0o700, p
-    assert set(space_app._app_dir().iterdir()) <= before
+    assert set(app_dir().iterdir()) <= before
     original, result = _decoded(clip), _decoded(out)
     assert len(result) == len(original) == VIDEO_FRAMES
     assert result[0].shape == original[0].shape
@@ -636,7 +644,7 @@ def test_video_progress_and_private_files(app, clip):
     calls = []
     old_umask = os.umask(0)
     try:
-        out, rows, report, zip_path, status = space_app.anonymize_clip(
+        out, rows, report, zip_path, status = anonymize_clip(
             app["catalog"], str(clip), "shift", KEY, [("shift", "amount")], [0.8], lambda progress, desc=None, unit=None: calls.append((progress, desc))
         )
     finally:
@@ -648,7 +656,7 @@ def test_video_progress_and_private_files(app, clip):
     assert Secret(KEY).fingerprint in status and report["key_fingerprint"] == Secret(KEY).fingerprint
     assert report["controls"]["amount"] == 0.8 and [r[0] for r in rows] == [0]
     run = Path(zip_path).parent
-    assert run.parent == space_app._app_dir() and Path(out).parent == run / "results"
+    assert run.parent == app_dir() and Path(out).parent == run / "results"
     files = [f for f in run.rglob("*") if f.is_file()]
     assert {f.name for f in files} == {"anonymized_shift.mp4", "anonymized_shift.json", "anonymized_video_shift.zip"}
     assert all(_mode(f) == 0o600 for f in files), {f.name: oct(_mode(f)) for f in files}
@@ -688,11 +696,11 @@ def test_bad_video_uploads_refused_before_the_heavy_slot(app, clip, photo, tmp_p
     for path, limits, expected in cases:
         with monkeypatch.context() as m:
             for name, value in limits.items():
-                m.setattr(space_app, name, value)
+                m.setattr(video_tab, name, value)
             with pytest.raises(gr.Error) as info:
-                space_app.anonymize_clip(app["catalog"], None if path is None else str(path), "blur", "", [], [])
+                anonymize_clip(app["catalog"], None if path is None else str(path), "blur", "", [], [])
         message = str(info.value.message)
         assert message.startswith(expected), (path, message)
         assert "\n" not in message and "/tmp" not in message and len(message) < 300, message
     with pytest.raises(gr.Error, match="choose the method"):
-        space_app.anonymize_clip(app["catalog"], str(clip), None, "", [], [])
+        anonymize_clip(app["catalog"], str(clip), None, "", [], [])

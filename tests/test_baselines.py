@@ -9,7 +9,7 @@ import torch
 import zoo
 from zoo.keys import Secret
 from zoo.methods.baselines import AdditiveNoise, GaussianBlur, Pixelate, SolidMask, gaussian_blur
-from zoo.pipeline import face_mask
+from zoo.paste import face_mask
 
 BASELINES = {"blur": GaussianBlur, "pixelate": Pixelate, "noise": AdditiveNoise, "mask": SolidMask}
 
@@ -120,8 +120,8 @@ def test_solid_mask_fills_mid_gray():
 
 
 def test_more_strength_changes_a_real_face_more(t1_rgb, t1_faces):
+    from zoo.alignment import align_face
     from zoo.imageio import to_tensor
-    from zoo.pipeline import align_face
 
     crop = align_face(t1_rgb, t1_faces[2].landmarks, 128).crop
     x = to_tensor(crop)

@@ -237,7 +237,7 @@ def _clip(path: Path, frames: int = 8) -> Path:
     from PIL import Image
 
     from zoo.assets import example_images
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
     from zoo.video import write_video
 
     rgb = np.asarray(Image.open(example_images()["astronaut"]).convert("RGB"))

@@ -114,7 +114,7 @@ def test_globs_controls_and_usage_errors(photos, tmp_path, capsys):
 
 
 def test_aligned_crops_and_detector_choice(tmp_path, t1_rgb, t1_faces, capsys):
-    from zoo.pipeline import align_face
+    from zoo.alignment import align_face
 
     folder = tmp_path / "crops"
     folder.mkdir()

@@ -7,7 +7,9 @@ import numpy as np
 import pytest
 
 from zoo import compositing, face_mesh
-from zoo.pipeline import align_face, alignment_matrix, detect_faces, paste_back
+from zoo.alignment import align_face, alignment_matrix
+from zoo.detection import detect_faces
+from zoo.paste import paste_back
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""DBAF and HFORD (zoo/methods/dbaf.py, hford.py, _stylegan_family.py) on tiny random-weight models."""
+"""DBAF and HFORD (zoo/methods/dbaf/, hford/, stylegan_identity.py, zoo/nn/identity_levels.py) on tiny random-weight models."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ import torch.nn.functional as F
 
 from zoo.convert import ConversionError
 from zoo.keys import Secret
-from zoo.methods._stylegan_family import (
+from zoo.methods.dbaf import DBAF, convert_dbaf_cid, convert_dbaf_kria, convert_dbaf_maar
+from zoo.methods.hford import HFORD
+from zoo.nn.identity_levels import (
     ChannelSpatialAttention,
     IdentityDisentangler,
     KeyedIdentityEditor,
@@ -24,8 +26,6 @@ from zoo.methods._stylegan_family import (
     level_index,
     level_sizes,
 )
-from zoo.methods.dbaf import DBAF, convert_dbaf_cid, convert_dbaf_kria, convert_dbaf_maar
-from zoo.methods.hford import HFORD
 
 ROOT = Path(__file__).resolve().parent.parent
 RES = 64
@@ -166,7 +166,7 @@ def test_reconstruction_is_the_unedited_pass(method):
         anon = method.anonymize_faces(x, keys_for(method.name, ["k1", "k1"]))
     assert method.can_reconstruct
     assert torch.allclose(rec, direct, atol=1e-6)
-    from zoo.methods._stylegan_family import ReconstructionBaseline
+    from zoo.methods.stylegan_identity import ReconstructionBaseline
 
     with torch.no_grad():  # the evaluator's stand-alone wrapper runs the same pass
         assert torch.equal(ReconstructionBaseline(method).anonymize_faces(x, [None, None]), rec)
@@ -205,7 +205,7 @@ def _train_edit_inversion(m, steps: int = 80, lr: float = 0.02):
         parts = m.decompose(faces(16, seed=7))
     ident = parts["identity"]
     scale = ident.pow(2).mean().sqrt()
-    from zoo.methods._stylegan_family import random_key_latents
+    from zoo.nn.identity_levels import random_key_latents
 
     for _ in range(steps):
         p = random_key_latents(m.generator, 16, rng)

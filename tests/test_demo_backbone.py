@@ -13,8 +13,9 @@ import torch.nn.functional as F
 
 import zoo
 from zoo import registry
+from zoo.alignment import align_face, ffhq_template
+from zoo.detection import detect_faces
 from zoo.keys import Secret
-from zoo.pipeline import align_face, detect_faces, ffhq_template
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -74,7 +75,7 @@ def test_sface_is_differentiable_and_frozen(sface):
 
 
 def test_sface_is_an_identity_encoder_option(sface):
-    from zoo.methods.ifadit import embedding_dim, load_identity_encoder
+    from zoo.nn.identity_encoder import embedding_dim, load_identity_encoder
 
     enc = load_identity_encoder("sface")
     assert enc is sface and embedding_dim(enc, 64) == 128

@@ -27,8 +27,9 @@ def _source_or_skip() -> Path:
 def faces8() -> np.ndarray:
     """8 FFHQ-aligned uint8 crops: the tuning photo's 6 faces and 2 generated ones."""
     from benchmarks.real_photos import package_file, read_image
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
     from zoo.nn.mobilestylegan import load_mobilestylegan
-    from zoo.pipeline import align_face, detect_faces
 
     t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))
     crops = [align_face(t1, f.landmarks, 256).crop for f in detect_faces(t1)]
@@ -87,7 +88,7 @@ def test_parity_with_tensorflow_js(faces8, tmp_path):
     graph_file = _source_or_skip()
     if not TFJS.is_dir():
         pytest.skip("TensorFlow.js is not in .node/ (bash scripts/fetch_recognizer.sh installs it)")
-    from zoo.pipeline import warp_region
+    from zoo.alignment import warp_region
 
     boxes = np.stack([warp_region(c, FR.faceres_crop_matrix(np.eye(3)[:2], 256), (192, 192)) for c in faces8])
     x = FR.faceres_crops(boxes)  # [8,3,224,224], 0..255
@@ -133,10 +134,11 @@ def test_judge_separates_people_and_keeps_a_person(faces8):
 
 def test_photo_and_crop_embeddings_agree():
     """A face embedded from the photo (the box reaches below the FFHQ crop) and from its FFHQ crop: same person."""
+    from zoo.alignment import align_face
     from zoo.assets import example_images
+    from zoo.detection import detect_faces
     from zoo.imageio import load_image
     from zoo.judges import get_judge
-    from zoo.pipeline import align_face, detect_faces
 
     _source_or_skip()
     rgb = load_image(example_images()["astronaut"])[0]

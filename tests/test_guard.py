@@ -31,9 +31,9 @@ def astronaut():
 
 
 def test_a_face_left_recognizable_is_blurred_and_reported(astronaut):
+    from zoo.detection import detect_faces
     from zoo.guard import guard_for
     from zoo.judges import embed_at_original_places, get_judge
-    from zoo.pipeline import detect_faces
 
     m = _Unchanged()
     out = m.anonymize(astronaut)
@@ -55,7 +55,8 @@ def test_a_face_left_recognizable_is_blurred_and_reported(astronaut):
 
 
 def test_aligned_crops_are_guarded_too(astronaut):
-    from zoo.pipeline import align_face, detect_faces
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
 
     (face,) = detect_faces(astronaut)
     crop = align_face(astronaut, face.landmarks, 128).crop

@@ -103,7 +103,7 @@ def test_zero_scale_fit_then_render_reproduces_the_input(faces128):
 
 
 def test_identity_distance_grows_with_scale(faces128, sface_judge):
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
 
     def embed(imgs):
         out = []
@@ -220,8 +220,9 @@ def test_step_one_demo_changes_identity_keeps_pose_and_background(demo_method, d
 def test_registration_puts_the_detected_features_on_the_coded_geometry(demo_method, t1_rgb):
     """A keyed texture moves where a detector finds the features (and with them the landmark head pose);
     the demo registers them back onto the coded mesh, inside the blend mask only."""
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
     from zoo.face3d.landmarks import detect_landmarks68
-    from zoo.pipeline import align_face, detect_faces
 
     assert demo_method.register_features  # the demo config turns it on
     crops = np.stack([align_face(t1_rgb, f.landmarks, 256).crop for f in detect_faces(t1_rgb)[:3]])

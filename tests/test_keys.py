@@ -112,7 +112,7 @@ def test_key_text_is_one_rule_for_the_api_the_cli_and_the_app(tmp_path, monkeypa
     monkeypatch.setenv("ZOO_KEY", "my key\n")
     seen.append(Secret(cli.read_key(argparse.Namespace(key=None, key_file=None))[0]).fingerprint)
     space_app = pytest.importorskip("space_app")
-    seen.append(Secret(space_app._key_or_error("\tmy key  ")).fingerprint)
+    seen.append(Secret(space_app.key_or_error("\tmy key  ")).fingerprint)
     assert seen == [fp] * 4
     with pytest.raises(cli.CLIError, match="empty"):
         cli.read_key(argparse.Namespace(key="   ", key_file=None))

@@ -223,7 +223,7 @@ def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_r
     from PIL import Image
 
     from zoo.cli import main
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
 
     Image.fromarray(astronaut_rgb).save(tmp_path / "astronaut.png")
     assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--steps", "2", "--out", str(tmp_path / "out")]) == 0
@@ -243,11 +243,11 @@ def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_r
 
 @needs_wheel
 def test_reconstruct_blurs_a_face_it_cannot_align(monkeypatch, astronaut_rgb):
-    from zoo import inversion, pipeline
+    from zoo import detection, detectors, inversion
 
-    face = pipeline.detect_faces(astronaut_rgb)[0]
-    flat = pipeline.DetectedFace(face.box, np.repeat(face.landmarks[:1], 5, axis=0), face.score)  # all five points at one place
-    monkeypatch.setattr(pipeline, "detect_faces", lambda rgb, detector=None: [flat])
+    face = detection.detect_faces(astronaut_rgb)[0]
+    flat = detectors.DetectedFace(face.box, np.repeat(face.landmarks[:1], 5, axis=0), face.score)  # all five points at one place
+    monkeypatch.setattr(detection, "detect_faces", lambda rgb, detector=None: [flat])
     out, reports = inversion.reconstruct_photo(astronaut_rgb, steps=1)
     assert reports[0]["status"] == "blurred"
     x0, y0, x1, y1 = (int(v) for v in face.box)

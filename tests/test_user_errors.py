@@ -10,8 +10,8 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from zoo import judges  # noqa: E402
 from zoo.cli import main as zoo_main  # noqa: E402
+from zoo.judges import cli as judges_cli  # noqa: E402
 
 
 def _lines(text: str) -> list[str]:
@@ -30,7 +30,7 @@ def _lines(text: str) -> list[str]:
     ],
 )
 def test_judges_cli_usage_errors_are_one_line(argv, expected, capsys):
-    rc = judges._main(argv)
+    rc = judges_cli.main(argv)
     out = capsys.readouterr()
     assert rc == 2 and out.out == ""
     (line,) = _lines(out.err)
@@ -40,7 +40,7 @@ def test_judges_cli_usage_errors_are_one_line(argv, expected, capsys):
 @pytest.mark.slow  # end to end through every method or a subprocess (CI runs it with -m slow)
 def test_judges_cli_measures_the_rest_when_a_method_fails(capsys):
     """``--methods dbaf,blur`` once ended in a traceback; an unknown method is one line and exit status 1."""
-    rc = judges._main(["example:group", "--methods", "dbaf,blur,nosuch", "--judge", "sface"])
+    rc = judges_cli.main(["example:group", "--methods", "dbaf,blur,nosuch", "--judge", "sface"])
     out = capsys.readouterr()
     report = json.loads(out.out)
     assert rc == 1

@@ -11,7 +11,8 @@ av = pytest.importorskip("av")
 
 import zoo.video as zv  # noqa: E402
 from zoo import load  # noqa: E402
-from zoo.pipeline import DetectedFace  # noqa: E402
+from zoo.detectors import DetectedFace  # noqa: E402
+from zoo.pipeline import DeidPipeline  # noqa: E402
 
 H, W, N = 96, 192, 8
 
@@ -21,8 +22,8 @@ def face_crops():
     import cv2
 
     from zoo.assets import example_images
+    from zoo.detection import detect_faces
     from zoo.imageio import load_image
-    from zoo.pipeline import detect_faces
 
     rgb, _ = load_image(str(example_images()["group"]))
     crops = []
@@ -71,11 +72,11 @@ def test_video_turns_the_identity_reinversion_off_unless_asked():
     assert "identity_refine" not in _video_defaults(blur, {"strength": 0.5})
 
     # the app's video tab sends every slider; the ones left at the default do not override video's
-    from space_app import _changed_controls
+    from app.video_tab import changed_controls
 
-    sent = _changed_controls(demo, {"identity_refine": 1.0, "identity_check": 0.4, "refine_steps": 30})
+    sent = changed_controls(demo, {"identity_refine": 1.0, "identity_check": 0.4, "refine_steps": 30})
     assert sent == {"refine_steps": 30} and _video_defaults(demo, sent)["identity_refine"] == 0.0
-    assert _changed_controls(demo, {"identity_refine": 2.0}) == {"identity_refine": 2.0}
+    assert changed_controls(demo, {"identity_refine": 2.0}) == {"identity_refine": 2.0}
 
 
 def test_tracker_bridges_gaps_and_keeps_ids():
@@ -102,13 +103,13 @@ def test_tracker_bridges_gaps_and_keeps_ids():
 def test_anonymize_video_tracks_keep_one_key_and_audio(clip, tmp_path, monkeypatch):
     m = load("noise")
     seen: list[list[int]] = []
-    orig = type(m).keys_for
+    orig = DeidPipeline.keys_for
 
     def spy(self, operation, secret, indices):
         seen.append(list(indices))
         return orig(self, operation, secret, indices)
 
-    monkeypatch.setattr(type(m), "keys_for", spy)
+    monkeypatch.setattr(DeidPipeline, "keys_for", spy)
     out = tmp_path / "anon.mp4"
     res = zv.anonymize_video(m, clip, out, key="video-key", progress=False, batch_frames=3)
     rep = json.loads(json.dumps(res.report()))  # JSON-able
@@ -193,7 +194,7 @@ def test_cli_video_and_errors(clip, tmp_path, capsys):
 def test_interrupt_leaves_no_temp_file(clip, tmp_path, monkeypatch):
     m = load("blur")
     calls = {"n": 0}
-    real = type(m).process_frames
+    real = DeidPipeline.process_frames
 
     def boom(self, *a, **kw):
         calls["n"] += 1
@@ -201,7 +202,7 @@ def test_interrupt_leaves_no_temp_file(clip, tmp_path, monkeypatch):
             raise KeyboardInterrupt
         return real(self, *a, **kw)
 
-    monkeypatch.setattr(type(m), "process_frames", boom)
+    monkeypatch.setattr(DeidPipeline, "process_frames", boom)
     with pytest.raises(KeyboardInterrupt):
         zv.anonymize_video(m, clip, tmp_path / "x.mp4", progress=False, batch_frames=2)
     assert list(tmp_path.iterdir()) == []

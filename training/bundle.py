@@ -73,9 +73,9 @@ def photo_rows(method, photos: list[str], key: str = "evaluation key", wrong_key
     and faces whose right-key recovery (from the anonymized photo, re-detected) is closer to the original
     than the anonymized face; wrong-key recoveries still matched."""
     from training.evaluate import rate
+    from zoo.detection import detect_faces
     from zoo.imageio import load_image
     from zoo.judges import embed_at_original_places, get_judge
-    from zoo.pipeline import detect_faces
 
     dlib = get_judge("dlib")
     matched, closer, wrong_matched, n_faces = [], [], [], 0

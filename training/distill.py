@@ -82,9 +82,9 @@ def _teacher_outputs(kind: str, crops_uint8: np.ndarray) -> np.ndarray:
         from zoo.judges import get_judge
 
         return get_judge("sface").embed_aligned(crops_uint8).astype(np.float32)
-    from training.evaluate import _Landmarks68
+    from training.evaluate import Landmarks68
 
-    return (_Landmarks68()(crops_uint8) / crops_uint8.shape[1]).astype(np.float32)  # normalised [0,1]
+    return (Landmarks68()(crops_uint8) / crops_uint8.shape[1]).astype(np.float32)  # normalised [0,1]
 
 
 def teacher_set(kind: str, n: int, seed: int, offset: int, cache_dir: str | Path | None, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:

@@ -166,7 +166,7 @@ ROBUSTNESS: dict[str, Callable[[np.ndarray], np.ndarray]] = {
 _REGIONS = {"eyes": list(range(36, 48)), "nose": list(range(27, 36)), "mouth": list(range(48, 68))}
 
 
-class _Landmarks68:
+class Landmarks68:
     """dlib's 68-point shape predictor (:func:`zoo.face3d.landmarks.shape_predictor68`) on aligned crops,
     in the face box of the FFHQ alignment template."""
 
@@ -178,7 +178,7 @@ class _Landmarks68:
     @staticmethod
     def box(size: int) -> tuple[int, int, int, int]:
         """The face box (x0, y0, x1, y1) of an FFHQ-aligned crop, from the alignment template (same for every crop)."""
-        from zoo.pipeline import ffhq_template
+        from zoo.alignment import ffhq_template
 
         lm = ffhq_template(size)
         eye = lm[1, 0] - lm[0, 0]
@@ -225,15 +225,15 @@ def load_eval_images(spec: str, size: int = 256, limit: int | None = None) -> tu
         imgs = synthetic_faces_uint8(n, seed=seed, resolution=size, offset=10**9)
         return imgs, {"name": f"synthetic DCGAN faces (gan-face-generate), seed {seed}", "hub_id": None, "num_images": n, "source": spec}
     if spec.startswith("photos:"):
-        from zoo import pipeline
+        from zoo import alignment, detection
 
         path = Path(spec.split(":", 1)[1]).expanduser()
         files = sorted(p for p in path.rglob("*") if p.suffix.lower() in (".jpg", ".jpeg", ".png", ".webp")) if path.is_dir() else [path]
         crops = []
         for f in files:
             rgb, _ = imageio.load_image(str(f))
-            for face in pipeline.detect_faces(rgb):
-                crops.append(pipeline.align_face(rgb, face.landmarks, size).crop)
+            for face in detection.detect_faces(rgb):
+                crops.append(alignment.align_face(rgb, face.landmarks, size).crop)
         if not crops:
             raise ValueError(f"no faces found in {path}")
         crops = crops[:limit] if limit else crops
@@ -282,10 +282,10 @@ def _identity_block(judge, e_ref: np.ndarray, e_out: np.ndarray, what: str) -> d
 
 
 def _detection_block(orig: np.ndarray, out: np.ndarray) -> dict[str, Any]:
-    from zoo import pipeline
+    from zoo import detection
 
     def best(img):
-        faces = pipeline.detect_faces(img)
+        faces = detection.detect_faces(img)
         if not faces:
             return None
         c = np.array(img.shape[1::-1]) / 2
@@ -309,7 +309,7 @@ def _detection_block(orig: np.ndarray, out: np.ndarray) -> dict[str, Any]:
 
 def _landmark_block(orig: np.ndarray, out: np.ndarray) -> dict[str, Any]:
     try:
-        lm68 = _Landmarks68()
+        lm68 = Landmarks68()
     except (FileNotFoundError, ImportError) as err:
         return {"landmarks68": unavailable(str(err))}
     a, b = lm68(orig), lm68(out)

@@ -32,7 +32,8 @@ from torch import nn
 from zoo import losses
 from zoo.keys import KeyMaterial
 from zoo.methods.base import NeuralMethod
-from zoo.nn.stylegan2 import Discriminator, Generator
+from zoo.nn.stylegan2 import Generator
+from zoo.nn.stylegan2_discriminator import Discriminator
 
 __all__ = ["StyleGAN2Pretraining", "draw_faces", "face_detection_rate", "check_generator", "live_generator", "main"]
 
@@ -133,9 +134,9 @@ def draw_faces(generator: Generator, n: int, seed: int = 1234, chunk: int = 16) 
 def face_detection_rate(images_uint8, size: int = 256) -> float:
     """Fraction of images ``uint8 [N,H,W,3]`` in which the zoo's face detector finds a face (each
     resized to ``size``)."""
-    from zoo import imageio, pipeline
+    from zoo import detection, imageio
 
-    found = [len(pipeline.detect_faces(imageio.resize_square(img, size))) > 0 for img in images_uint8]
+    found = [len(detection.detect_faces(imageio.resize_square(img, size))) > 0 for img in images_uint8]
     return float(sum(found)) / max(len(found), 1)
 
 

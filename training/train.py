@@ -59,7 +59,8 @@ def load_config(path: str | os.PathLike | Mapping[str, Any]) -> dict[str, Any]:
 
 def resolve_method_class(name: str) -> type:
     """A method class from a zoo name (``dbaf``) or ``module:Class`` (``training.toy:ToyMethod``)."""
-    from zoo.registry import get_method_class, import_target
+    from zoo.registry import get_method_class
+    from zoo.targets import import_target
 
     if ":" in name:
         return import_target(name)

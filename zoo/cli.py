@@ -29,7 +29,6 @@ failed, 0 otherwise.
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import sys
@@ -37,99 +36,10 @@ import time
 from pathlib import Path
 from typing import Any, Sequence
 
-IMAGE_EXTS = {".jpg", ".jpeg", ".png", ".webp", ".bmp", ".tif", ".tiff", ".gif", ".ppm", ".pgm"}
-VIDEO_EXTS = {".mp4", ".mov", ".m4v", ".mkv", ".webm", ".avi"}  # = zoo.video.VIDEO_EXTS (not imported: PyAV is lazy)
-
-
-class CLIError(Exception):
-    """A usage error the CLI reports in one line (exit status 2)."""
-
-
-# ---------------------------------------------------------------------- inputs
-def expand_inputs(items: Sequence[str]) -> list[tuple[Path, Path]]:
-    """Files, folders (recursive, image extensions only) and globs -> [(path, relative output stem)].
-
-    The relative stem keeps a folder input's sub-folders (``in/a/b.jpg`` -> ``a/b``) so outputs of
-    different sub-folders do not collide. Missing paths raise :class:`CLIError`.
-    """
-    found: list[tuple[Path, Path]] = []
-    for item in items:
-        if item.startswith("example:"):  # a bundled/packaged example photo, e.g. example:group
-            from .assets import example_images
-
-            examples = example_images()
-            name = item.split(":", 1)[1]
-            if name not in examples:
-                raise CLIError(f"no example {name!r} on this machine; available: {', '.join(examples)}")
-            found.append((examples[name], Path(name)))
-            continue
-        p = Path(item).expanduser()
-        if p.is_dir():
-            files = sorted(f for f in p.rglob("*") if f.is_file() and f.suffix.lower() in IMAGE_EXTS | VIDEO_EXTS and not f.name.startswith("."))
-            found += [(f, f.relative_to(p).with_suffix("")) for f in files]
-        elif p.is_file():
-            found.append((p, Path(p.stem)))
-        elif glob.has_magic(item):
-            matches = sorted(Path(m) for m in glob.glob(os.path.expanduser(item), recursive=True))
-            files = [m for m in matches if m.is_file()]
-            if not files:
-                raise CLIError(f"no files match {item!r}")
-            found += [(m, Path(m.stem)) for m in files]
-        else:
-            raise CLIError(f"no such file or folder: {item}")
-    seen: set[Path] = set()
-    unique = []
-    for path, stem in found:  # the same file given twice is processed once
-        key = path.resolve()
-        if key not in seen:
-            seen.add(key)
-            unique.append((path, stem))
-    return unique
-
-
-def parse_methods(values: Sequence[str] | None) -> list[str]:
-    out: list[str] = []
-    for v in values or []:
-        out += [m.strip().lower() for m in v.split(",") if m.strip()]
-    if not out:
-        raise CLIError("give at least one --method (see `python -m zoo list`)")
-    return list(dict.fromkeys(out))
-
-
-def parse_controls(values: Sequence[str] | None) -> dict[str, str]:
-    controls: dict[str, str] = {}
-    for v in values or []:
-        name, sep, value = v.partition("=")
-        if not sep or not name.strip():
-            raise CLIError(f"--control takes name=value, got {v!r}")
-        controls[name.strip()] = value.strip()
-    return controls
-
-
-def read_key(args: argparse.Namespace) -> tuple[bytes | str | None, str]:
-    """(secret, where it came from). Never printed, never written. Key text follows
-    :func:`zoo.keys.key_text`, the rule the app and the API use (surrounding whitespace dropped)."""
-    from .keys import key_text
-
-    if args.key is not None and args.key_file is not None:
-        raise CLIError("give --key or --key-file, not both")
-    if args.key is not None:
-        key = key_text(args.key)
-        if not key:
-            raise CLIError("--key is empty")
-        return key, "--key"
-    if args.key_file is not None:
-        path = Path(args.key_file).expanduser()
-        if not path.is_file():
-            raise CLIError(f"key file not found: {path}")
-        data = key_text(path.read_bytes())  # as typed in the app: no surrounding whitespace
-        if not data:
-            raise CLIError(f"key file {path} is empty")
-        return data, "--key-file"
-    env = key_text(os.environ.get("ZOO_KEY", ""))
-    if env:
-        return env, "ZOO_KEY"
-    return None, "none (random, not recoverable)"
+from .cli_args import IMAGE_EXTS as IMAGE_EXTS
+from .cli_args import VIDEO_EXTS, CLIError, expand_inputs, parse_controls, parse_methods, read_key, run_options
+from .cli_commands import GENERATOR_NAMES as GENERATOR_NAMES
+from .cli_commands import cmd_anonymize_dataset, cmd_generate, cmd_info, cmd_list, cmd_reconstruct
 
 
 def output_paths(out_dir: Path, stem: Path, method: str, operation: str, used: set[Path], ext: str = ".png") -> tuple[Path, Path]:
@@ -198,8 +108,8 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
     from tqdm import tqdm
 
     from . import __version__, imageio
+    from .detectors import resolve_detector
     from .imageio import save_image_atomic, write_text_atomic
-    from .pipeline import resolve_detector
 
     if args.detector:
         resolve_detector(args.detector)  # fail early on a typo
@@ -208,7 +118,7 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
         imageio.MAX_PIXELS = int(args.max_megapixels * 1e6)
     methods = parse_methods(args.method)
     controls = parse_controls(args.control)
-    controls.update(_run_options(args))
+    controls.update(run_options(args))
     key, key_source = read_key(args)
     if operation == "recover" and key is None:
         raise CLIError("recover needs the key used to anonymize: --key, --key-file or ZOO_KEY")
@@ -303,7 +213,7 @@ def _job_error_line(err: BaseException, path: Any) -> str:
     from .imageio import ImageTooLargeError, InvalidImageError
     from .nn.faceres import MissingRecognizerError
     from .nn.mobilestylegan import MissingGeneratorError
-    from .video import VideoError
+    from .video_io import VideoError
 
     text = str(err).replace(f"{path}: ", "").strip() or type(err).__name__
     if isinstance(err, (MissingRecognizerError, MissingGeneratorError)):
@@ -317,207 +227,6 @@ def _job_error_line(err: BaseException, path: Any) -> str:
     if isinstance(err, (ValueError, CLIError)):
         return text
     return f"{type(err).__name__}: {text} (unexpected; please report it with the command you ran)"
-
-
-def _run_options(args: argparse.Namespace) -> dict[str, Any]:
-    """The run options every anonymizing command passes with the method controls: the detector threshold
-    (``--min-face-score``) and the privacy guard (``--privacy-guard``)."""
-    options: dict[str, Any] = {}
-    if args.min_face_score is not None:
-        if not 0.0 < args.min_face_score < 1.0:
-            raise CLIError(f"--min-face-score must be between 0 and 1 (exclusive), got {args.min_face_score}")
-        options["min_face_score"] = args.min_face_score
-    if getattr(args, "privacy_guard", None) is not None:
-        options["privacy_guard"] = _guard_option(args.privacy_guard)
-    return options
-
-
-def _guard_option(text: str) -> bool | float:
-    """``--privacy-guard on|off|DISTANCE`` -> the ``privacy_guard`` run option (zoo.guard)."""
-    value = text.strip().lower()
-    if value in ("on", "off"):
-        return value == "on"
-    try:
-        return float(value)
-    except ValueError:
-        raise CLIError(f"--privacy-guard takes on, off or an SFace distance such as 0.85, got {text!r}") from None
-
-
-def cmd_anonymize_dataset(args: argparse.Namespace) -> int:
-    """``anonymize-dataset SRC --method M --out DIR``: a datasets dataset with anonymized images + reports."""
-    from .dataset_anonymize import DatasetError, anonymize_dataset
-
-    methods = parse_methods(args.method)
-    if len(methods) != 1:
-        raise CLIError("anonymize-dataset takes one --method")
-    controls: dict[str, Any] = parse_controls(args.control)
-    controls.update(_run_options(args))
-    if args.num_proc is not None and args.num_proc < 1:
-        raise CLIError("--num-proc must be at least 1")
-    key, key_source = read_key(args)
-    load_kwargs = {k: v for k, v in (("local_dir", args.local_dir), ("revision", args.revision)) if v}
-    if args.device:
-        load_kwargs["device"] = args.device
-    try:
-        summary = anonymize_dataset(
-            methods[0],
-            args.source,
-            args.out,
-            key=key,
-            split=args.split,
-            image_column=args.image_column,
-            num_proc=args.num_proc,
-            batch_size=args.batch_size,
-            shard_size=args.shard_size,
-            push_to_hub=args.push_to_hub,
-            load_kwargs=load_kwargs,
-            progress=not args.quiet,
-            **controls,
-        )
-    except (DatasetError, KeyError) as err:
-        raise CLIError(str(err).strip("'\"")) from None
-    if summary.get("rows") is not None:
-        print(
-            f"anonymize-dataset: {summary['rows']} row(s) -> {summary['output']} ({summary['new_shards']} shard(s) done now, "
-            f"{summary['resumed_shards']} resumed; {summary['failed_rows']} row(s) failed and were blurred; key: {key_source})",
-            file=sys.stderr,
-        )
-    return 1 if summary.get("failed_rows") else 0
-
-
-def cmd_list(args: argparse.Namespace) -> int:
-    from .registry import info, list_methods
-
-    rows = []
-    for name in list_methods():
-        try:
-            i = info(name)
-        except Exception as err:  # noqa: BLE001 - a broken method must not hide the others
-            rows.append((name, "?", "?", f"error: {err}", ""))
-            continue
-        ctrls = ", ".join(f"{c}={v['default']}" + (f" [{v['minimum']}..{v['maximum']}]" if v["minimum"] is not None else "") for c, v in i["controls"].items())
-        if not i["weights_available"]:
-            weights = "missing"
-        elif i.get("weights_kind") == "none":
-            weights = "none needed"
-        else:
-            weights = {"bundled": "demo (bundled)", "hub": "Hub", "local": "local"}.get(i.get("weights_kind"), "ready")
-        rows.append((name, "yes" if i["reversible"] else "no", str(i["resolution"]), weights, ctrls or "-", i.get("weights_status", ""), i.get("evaluation")))
-    if args.json:
-        keys = ("name", "reversible", "resolution", "weights", "controls", "weights_label", "evaluation")
-        print(json.dumps([dict(zip(keys, r)) for r in rows], indent=2, default=str))
-        return 0
-    head = ("method", "reversible", "res", "weights", "controls")
-    widths = [max(len(str(r[i])) for r in [head, *rows]) for i in range(4)]
-    for r in [head, *rows]:
-        print("  ".join(str(v).ljust(w) for v, w in zip(r[:4], widths)) + "  " + r[4])
-    notes = [r for r in rows if r[3] not in ("missing", "none needed", "?")]
-    for r in notes:
-        print(f"\n{r[0]}: {r[5]}")
-        ev = r[6]
-        if isinstance(ev, dict):
-            for data, block in ev.items():
-                if isinstance(block, dict):
-                    print(
-                        f"  {data}: "
-                        + ", ".join(
-                            f"{k} {v['value']:.3g}" + (f" (n={v['n']})" if "n" in v else "") for k, v in block.items() if isinstance(v, dict) and "value" in v
-                        )
-                    )
-        elif ev:
-            print(f"  {ev}")
-    return 0
-
-
-def cmd_info(args: argparse.Namespace) -> int:
-    from .registry import info
-
-    if args.name in GENERATOR_NAMES:
-        from .nn.mobilestylegan import generator_info
-
-        print(json.dumps(generator_info(), indent=2, default=str))
-        return 0
-    try:
-        print(json.dumps(info(args.name), indent=2, default=str))
-    except KeyError as err:
-        raise CLIError(str(err).strip("'\"")) from None
-    return 0
-
-
-GENERATOR_NAMES = ("generator", "mobilestylegan")
-
-
-def cmd_generate(args: argparse.Namespace) -> int:
-    """Faces from the FFHQ-grade generator: ``OUT/000.png``, ``001.png``, ... (uint8 RGB)."""
-    import numpy as np
-    import torch
-
-    from .imageio import from_tensor, save_image_atomic
-    from .nn.mobilestylegan import SIZES, STYLE_DIM, load_mobilestylegan
-
-    if args.size not in SIZES:
-        raise CLIError(f"--size must be one of {', '.join(map(str, SIZES))}")
-    if args.z is not None:
-        if args.seed is not None:
-            raise CLIError("give --z or --seed, not both")
-        try:
-            z = np.load(args.z, allow_pickle=False)
-        except (OSError, ValueError) as err:
-            raise CLIError(f"cannot read {args.z}: {err}") from None
-        if z.ndim != 2 or z.shape[1] != STYLE_DIM or z.dtype.kind != "f":
-            raise CLIError(f"--z must hold a float array [N,{STYLE_DIM}], got {z.dtype} {list(z.shape)}")
-        z = z.astype(np.float32)
-    else:
-        if args.n < 1:
-            raise CLIError("-n must be at least 1")
-        seed = 0 if args.seed is None else args.seed
-        z = np.stack([np.random.default_rng(seed + i).standard_normal(STYLE_DIM).astype(np.float32) for i in range(args.n)])
-    model = load_mobilestylegan(args.device or "cpu")
-    if args.size != 1024 and not model.heads_trained:
-        raise CLIError(f"no trained {args.size} px head is installed; use --size 1024")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    device = next(model.parameters()).device
-    with torch.inference_mode():
-        for i in range(len(z)):
-            img = model.generate(torch.from_numpy(z[i : i + 1]).to(device), psi=args.psi, size=args.size)
-            save_image_atomic(from_tensor(img)[0], out / f"{i:03d}.png")
-    print(f"generate: {len(z)} face(s) at {args.size} px, psi {args.psi} -> {out}/", file=sys.stderr)
-    return 0
-
-
-def cmd_reconstruct(args: argparse.Namespace) -> int:
-    """Every face redrawn by the FFHQ-grade generator (W+ refinement) and pasted back:
-    ``OUT/<name>__reconstructed.png`` plus ``.json`` (one entry per face)."""
-    from .imageio import load_image, save_image_atomic, write_text_atomic
-    from .inversion import reconstruct_photo
-    from .nn.mobilestylegan import load_mobilestylegan
-
-    if args.steps < 0:
-        raise CLIError("--steps must be >= 0")
-    inputs = expand_inputs(args.inputs)
-    generator = load_mobilestylegan()
-    if not generator.heads_trained:
-        raise CLIError("the generator's 256 px head is not installed (zoo/weights/mobilestylegan/heads)")
-    out_dir = Path(args.out)
-    failed = 0
-    for path, stem in inputs:
-        try:
-            rgb, _ = load_image(path)
-        except (OSError, ValueError) as err:
-            print(f"error: {path}: {err}", file=sys.stderr)
-            failed += 1
-            continue
-        image, faces = reconstruct_photo(
-            rgb, args.steps, detector=args.detector, identity_weight=args.identity_weight, use_encoder=not args.no_encoder, generator=generator
-        )
-        target = out_dir / f"{stem}__reconstructed.png"
-        target.parent.mkdir(parents=True, exist_ok=True)
-        save_image_atomic(image, target)
-        report = {"input": str(path), "output": str(target), "steps": args.steps, "identity_weight": args.identity_weight, "faces": faces}
-        write_text_atomic(json.dumps(report, indent=2) + "\n", target.with_suffix(".json"))
-        print(f"reconstruct: {path} -> {target} ({len(faces)} face(s))", file=sys.stderr)
-    return 1 if failed else 0
 
 
 # ---------------------------------------------------------------------- parser

@@ -6,11 +6,11 @@ each face). Each step is a small function:
 1. :func:`face_region_mask` - the region the method replaced: the hull of the original face's 468-point
    mesh (:mod:`zoo.face_mesh`) with a feathered edge that stays close to it, and fully replaced on the
    original's eyes, brows and lips, so that none of them stays visible beside the new face. A face too small for the mesh, or a machine without
-   the mesh model, gets the 5-point superellipse of :func:`zoo.pipeline.face_mask` (``mask="5-point"``).
+   the mesh model, gets the 5-point superellipse of :func:`zoo.paste.face_mask` (``mask="5-point"``).
 2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
    (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays).
 3. :func:`match_sharpness` - the new face blurred, or given grain and sharpened, until its Laplacian variance
-   matches the original face's (a large render is area-downsampled first, :func:`zoo.pipeline.paste_back`).
+   matches the original face's (a large render is area-downsampled first, :func:`zoo.paste.paste_back`).
 4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
    the mask is 0 stay bit-identical.
 
@@ -94,7 +94,7 @@ def feature_mask(shape: tuple[int, int], mesh: np.ndarray, margin: float) -> np.
 
 def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray) -> tuple[np.ndarray | None, str]:
     """The region to replace in photo coordinates: (float32 [H, W] mask, "mesh"); or (None, "5-point") when the
-    mesh cannot run (the caller then uses :func:`zoo.pipeline.face_mask`).
+    mesh cannot run (the caller then uses :func:`zoo.paste.face_mask`).
 
     The hull of the original face's mesh, feathered over :data:`MASK_FEATHER` of the face size and reaching
     :data:`MASK_GROW` beyond it, and 1 on its eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the
@@ -266,7 +266,7 @@ def composite_face(
     ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo.
     Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
     """
-    from .pipeline import face_mask, paste_back
+    from .paste import face_mask, paste_back
 
     lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
     h, w = canvas.shape[:2]

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from .pipeline import RUN_OPTIONS
+
 __all__ = ["anonymize_dataset", "load_source", "REPORT_COLUMN", "DatasetError"]
 
 REPORT_COLUMN = "deid_report"
@@ -116,7 +118,7 @@ class _Anonymizer:
 
     def __call__(self, batch: dict) -> dict:
         from .imageio import load_image, to_pil
-        from .pipeline import blur_hard
+        from .paste import blur_hard
 
         m = self._ready()
         images, reports = [], []
@@ -203,7 +205,7 @@ def anonymize_dataset(
 
         method = load(method_name, device=device or str(state.device), **load_kwargs)
     controls = dict(controls)
-    method.validate_controls({k: v for k, v in controls.items() if k not in method.RUN_OPTIONS})
+    method.validate_controls({k: v for k, v in controls.items() if k not in RUN_OPTIONS})
     settings = _settings(method, key, controls, ds, source, column, shard_size)
     manifest = work / "manifest.json"
 

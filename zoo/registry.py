@@ -1,7 +1,8 @@
 """The method registry (timm-style): ``load(name)``, ``list_methods()``, ``info(name)``.
 
-Each method module adds one :func:`register_method` line at the bottom of this file, once it really
-works; nothing half-built is listed.
+A method registers itself where it is defined, with the :func:`register_method` decorator on its
+class; the first lookup imports every module and package under :mod:`zoo.methods`, so adding a method
+is one new package there.
 """
 
 from __future__ import annotations
@@ -10,11 +11,14 @@ import importlib
 import json
 import logging
 import os
+import pkgutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from .targets import import_target
 
 __all__ = [
     "MethodEntry",
@@ -43,21 +47,47 @@ class MethodEntry:
 _REGISTRY: dict[str, MethodEntry] = {}
 
 
-def register_method(name: str, target: str, default_repo: str | None = None, default_revision: str | None = None) -> None:
-    _REGISTRY[name] = MethodEntry(name, target, default_repo, default_revision)
+def register_method(name: str, target: str | None = None, default_repo: str | None = None, default_revision: str | None = None) -> Any:
+    """Register method ``name``. As a class decorator (no ``target``)::
+
+        @register_method("dbaf", default_repo="face-deid-zoo/dbaf")
+        class DBAF(StyleGANIdentityMethod): ...
+
+    or with ``target="module:ClassName"`` for a class defined outside :mod:`zoo.methods` (imported
+    lazily at ``load``). ``default_repo``: the Hub repo of its weights (None: it needs none)."""
+    if target is not None:
+        _REGISTRY[name] = MethodEntry(name, target, default_repo, default_revision)
+        return None
+
+    def decorate(cls: type) -> type:
+        _REGISTRY[name] = MethodEntry(name, f"{cls.__module__}:{cls.__qualname__}", default_repo, default_revision)
+        return cls
+
+    return decorate
+
+
+_DISCOVERED = False
+
+
+def _discover() -> None:
+    """Import every module and package under :mod:`zoo.methods` once, so their decorators run."""
+    global _DISCOVERED
+    if _DISCOVERED:
+        return
+    _DISCOVERED = True
+    from . import methods
+
+    for info in pkgutil.iter_modules(methods.__path__):
+        importlib.import_module(f"{methods.__name__}.{info.name}")
 
 
 def _entry(name: str) -> MethodEntry:
     key = name.strip().lower()
     if key not in _REGISTRY:
+        _discover()
+    if key not in _REGISTRY:
         raise KeyError(f"unknown method {name!r}; available: {', '.join(list_methods())}")
     return _REGISTRY[key]
-
-
-def import_target(target: str) -> type:
-    """The class named by ``"module:ClassName"``."""
-    module_name, _, cls_name = target.partition(":")
-    return getattr(importlib.import_module(module_name), cls_name)
 
 
 def get_method_class(name: str) -> Any:
@@ -65,7 +95,8 @@ def get_method_class(name: str) -> Any:
 
 
 def list_methods() -> list[str]:
-    """Names of every registered method, in registration order."""
+    """Names of every registered method: the classical baselines, then the papers, by module name."""
+    _discover()
     return list(_REGISTRY)
 
 
@@ -239,15 +270,3 @@ def info(name: str) -> dict[str, Any]:
         }
     )
     return caps
-
-
-# ---------------------------------------------------------------- registered methods
-register_method("blur", "zoo.methods.baselines:GaussianBlur")
-register_method("pixelate", "zoo.methods.baselines:Pixelate")
-register_method("noise", "zoo.methods.baselines:AdditiveNoise")
-register_method("mask", "zoo.methods.baselines:SolidMask")
-register_method("ifadit", "zoo.methods.ifadit:IFADIT", default_repo="face-deid-zoo/ifadit")
-register_method("dbaf", "zoo.methods.dbaf:DBAF", default_repo="face-deid-zoo/dbaf")
-register_method("hford", "zoo.methods.hford:HFORD", default_repo="face-deid-zoo/hford")
-register_method("personal", "zoo.methods.personal:Personal", default_repo="face-deid-zoo/personal")
-register_method("ideudemon", "zoo.methods.ideudemon:IDEudemon", default_repo="face-deid-zoo/ideudemon")

@@ -36,6 +36,7 @@ __all__ = ["ConversionError", "register_converter", "get_converter", "list_conve
 # Modules whose import registers converters. Each backbone/method module with a converter is listed here.
 CONVERTER_MODULES = [
     "zoo.nn.stylegan2",
+    "zoo.nn.stylegan2_discriminator",
     "zoo.nn.psp",
     "zoo.nn.arcface",
     "zoo.nn.bisenet",

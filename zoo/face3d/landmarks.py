@@ -99,7 +99,7 @@ def shape_predictor68():
         if _PREDICTOR is None:
             import dlib
 
-            from ..pipeline import package_dir
+            from ..detectors import package_dir
 
             d = package_dir("face_recognition_models")
             path = Path(d) / "models" / "shape_predictor_68_face_landmarks.dat" if d else None
@@ -132,7 +132,8 @@ def _box_from_five(lm5: np.ndarray) -> tuple[int, int, int, int]:
 
 def _five_points(rgb: np.ndarray) -> np.ndarray:
     """5 landmarks of the main face (largest YuNet face nearest the centre), else the FFHQ template."""
-    from ..pipeline import detect_faces, ffhq_template
+    from ..alignment import ffhq_template
+    from ..detection import detect_faces
 
     h, w = rgb.shape[:2]
     try:

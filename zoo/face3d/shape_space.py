@@ -68,7 +68,7 @@ RING_MARGIN = (1.45, 1.35)  # ring half-axes over the face's half-width / half-h
 # ----------------------------------------------------------------------------------------- geometry
 def similarity_fit(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Least-squares similarity (Umeyama, no reflection) mapping ``src [P,2]`` onto ``dst [P,2]``: ``[2, 3]``."""
-    from ..pipeline import similarity_lstsq
+    from ..alignment import similarity_lstsq
 
     return similarity_lstsq(np.asarray(src, np.float64), np.asarray(dst, np.float64))
 
@@ -301,8 +301,10 @@ def collect_synthetic_landmarks(n: int, seed: int, resolution: int = 256, chunk:
 def collect_photo_landmarks(size: int = 256) -> np.ndarray:
     """68 landmarks of every face in the photos shipped inside installed packages (insightface's
     ``t1.jpg``, scikit-image's astronaut, matplotlib's ``grace_hopper.jpg``), on FFHQ-aligned crops."""
+    from ..alignment import align_face
+    from ..detection import detect_faces
+    from ..detectors import package_dir
     from ..imageio import load_image
-    from ..pipeline import align_face, detect_faces, package_dir
     from .landmarks import LandmarkError, detect_landmarks68
 
     photos = []

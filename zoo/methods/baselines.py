@@ -22,7 +22,7 @@ the benchmark's key; over 48 other keys dlib still matched the near-profile came
 ``AdditiveNoise.PHOTO_STD``).
 
 **Aligned crops** (``aligned=True``, ``[N, 3, R, R]`` in [-1, 1]): only the face region changes,
-``y = x * (1 - m) + effect(x) * m`` with ``m`` the feathered mask of :func:`zoo.pipeline.face_mask`,
+``y = x * (1 - m) + effect(x) * m`` with ``m`` the feathered mask of :func:`zoo.paste.face_mask`,
 and ``s`` maps to sizes relative to the crop (blur sigma ``s * R / 10``, block ``s * R / 6``, noise
 std ``2 * s``); ``shape``, ``mask_scale`` and ``fill`` apply to photos only.
 """
@@ -39,7 +39,8 @@ import torch
 import torch.nn.functional as F
 
 from ..keys import KeyMaterial
-from ..pipeline import face_mask
+from ..paste import face_mask
+from ..registry import register_method
 from .base import Control, DeidMethod
 
 __all__ = ["GaussianBlur", "Pixelate", "AdditiveNoise", "SolidMask"]
@@ -60,7 +61,7 @@ REGION_CONTROLS = (
 
 
 def face_region(face, shape: tuple[int, int], mask_scale: float) -> tuple[int, int, int, int]:
-    """[x0, y0, x1, y1] integer region of ``face`` (a :class:`~zoo.pipeline.DetectedFace`) in a photo of
+    """[x0, y0, x1, y1] integer region of ``face`` (a :class:`~zoo.detectors.DetectedFace`) in a photo of
     ``shape`` (h, w): its box, holding all landmarks, grown by ``mask_scale - 1`` of its size per side."""
     h, w = shape
     lm = np.asarray(face.landmarks, np.float64).reshape(-1, 2)
@@ -185,6 +186,7 @@ def gaussian_blur(x: torch.Tensor, sigma: float) -> torch.Tensor:
     return x
 
 
+@register_method("blur")
 class GaussianBlur(_MaskedBaseline):
     name = "blur"
     summary = "Gaussian blur of a head-sized region (sigma = strength * face size / 2)."
@@ -197,6 +199,7 @@ class GaussianBlur(_MaskedBaseline):
         return _gaussian_photo(roi, strength * face_size / 2.0)
 
 
+@register_method("pixelate")
 class Pixelate(_MaskedBaseline):
     name = "pixelate"
     summary = "Pixelation (mosaic) of a head-sized region (block = strength * face size / 3)."
@@ -221,6 +224,7 @@ class Pixelate(_MaskedBaseline):
         return F.interpolate(small, scale_factor=block, mode="nearest")[..., :size, :size]
 
 
+@register_method("noise")
 class AdditiveNoise(_MaskedBaseline):
     name = "noise"
     summary = "Keyed Gaussian noise over a head-sized region: (1 - strength) * face + strength * noise."
@@ -252,6 +256,7 @@ class AdditiveNoise(_MaskedBaseline):
         return x + std * noise
 
 
+@register_method("mask")
 class SolidMask(_MaskedBaseline):
     name = "mask"
     summary = "A head-sized region painted flat (gray, black, white) or with an image (strength = opacity)."

@@ -25,7 +25,7 @@ from torch import nn
 
 from zoo.convert import ConversionError, check_and_load, register_converter
 from zoo.hub import HubModule
-from zoo.nn.stylegan2 import ConvLayer
+from zoo.nn.stylegan2_discriminator import ConvLayer
 
 __all__ = [
     "NLayerDiscriminator",

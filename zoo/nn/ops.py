@@ -248,3 +248,15 @@ class EqualLinear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[1]}, {self.weight.shape[0]}, lr_mul={self.lr_mul}, activation={self.activation!r}"
+
+
+def gaussian_blur(mask: torch.Tensor, sigma: float) -> torch.Tensor:
+    """Separable Gaussian blur of ``[N,1,H,W]`` masks (zero padding), kernel radius 3 sigma."""
+    if sigma <= 0:
+        return mask
+    r = max(1, int(math.ceil(3 * sigma)))
+    t = torch.arange(-r, r + 1, dtype=mask.dtype, device=mask.device)
+    g = torch.exp(-(t**2) / (2 * sigma**2))
+    g = g / g.sum()
+    mask = F.conv2d(mask, g.view(1, 1, 1, -1), padding=(0, r))
+    return F.conv2d(mask, g.view(1, 1, -1, 1), padding=(r, 0))

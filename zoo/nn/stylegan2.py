@@ -1,10 +1,11 @@
-"""StyleGAN2 generator and discriminator (Karras et al., CVPR 2020) in the rosinality layout.
+"""StyleGAN2 generator (Karras et al., CVPR 2020) in the rosinality layout.
 
 The parameter/buffer names and shapes are those of rosinality's ``stylegan2-pytorch`` (``style.*``,
-``input.input``, ``conv1.*``, ``to_rgb1.*``, ``convs.N.*``, ``to_rgbs.N.*``, ``noises.noise_N``;
-discriminator ``convs.*``, ``final_conv.*``, ``final_linear.*``), the de-facto standard for the
-256 px FFHQ checkpoints that e4e, pSp, HFORD and DBAF use. ``python -m zoo.convert stylegan2
-550000.pt out/`` turns such a file into ``config.json`` + ``model.safetensors``.
+``input.input``, ``conv1.*``, ``to_rgb1.*``, ``convs.N.*``, ``to_rgbs.N.*``, ``noises.noise_N``),
+the de-facto standard for the 256 px FFHQ checkpoints that e4e, pSp, HFORD and DBAF use.
+``python -m zoo.convert stylegan2 550000.pt out/`` turns such a file into ``config.json`` +
+``model.safetensors``. The discriminator (``Discriminator``, ``ConvLayer``, ``ResBlock`` and its
+converter) lives in :mod:`zoo.nn.stylegan2_discriminator` and is importable from here too.
 
 Images are float NCHW in about [-1, 1]. Latents: ``z`` and ``w`` are [N, style_dim]; ``w_plus`` is
 [N, n_latent, style_dim] with ``n_latent = 2 * log2(size) - 2`` (14 at 256 px, 18 at 1024 px).
@@ -22,9 +23,13 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from zoo.convert import ConversionError, check_and_load, register_converter
+from zoo.convert import check_and_load, register_converter
 from zoo.hub import HubModule
-from zoo.nn.ops import Blur, EqualConv2d, EqualLinear, FusedLeakyReLU, PixelNorm, Upsample
+from zoo.nn.ops import Blur, EqualLinear, FusedLeakyReLU, PixelNorm, Upsample
+from zoo.nn.stylegan2_common import DEFAULT_BLUR, infer_channels, key_shape, log2_size, stylegan2_channels, unwrap_state_dict
+from zoo.nn.stylegan2_discriminator import ConvLayer, Discriminator, ResBlock
+from zoo.nn.stylegan2_discriminator import convert_stylegan2_discriminator as convert_stylegan2_discriminator
+from zoo.nn.stylegan2_discriminator import discriminator_config_from_state_dict as discriminator_config_from_state_dict
 
 __all__ = [
     "Generator",
@@ -38,28 +43,10 @@ __all__ = [
     "n_latent_for_size",
 ]
 
-DEFAULT_BLUR = (1, 3, 3, 1)
-
-
-def stylegan2_channels(channel_multiplier: int = 2, channel_max: int = 512) -> dict[int, int]:
-    """Channel count per resolution: 512 up to 32 px, then ``(16384 / res) * channel_multiplier``,
-    every value clamped to ``channel_max`` (512 with multiplier <= 2 is the official config-f)."""
-    base = {4: 512, 8: 512, 16: 512, 32: 512}
-    for res in (64, 128, 256, 512, 1024):
-        base[res] = (16384 // res) * channel_multiplier
-    return {res: min(c, channel_max) for res, c in base.items()}
-
 
 def n_latent_for_size(size: int) -> int:
     """Number of W+ entries of a generator of output ``size``: 2 * log2(size) - 2."""
-    return 2 * _log2_size(size) - 2
-
-
-def _log2_size(size: int) -> int:
-    log_size = int(math.log2(size)) if size > 0 else 0
-    if size < 4 or 2**log_size != size or size > 1024:
-        raise ValueError(f"StyleGAN2 size must be a power of two in [4, 1024], got {size}")
-    return log_size
+    return 2 * log2_size(size) - 2
 
 
 # --------------------------------------------------------------------------------------------
@@ -272,7 +259,7 @@ class Generator(HubModule):
         blur_kernel = list(blur_kernel)
         self.size = size
         self.style_dim = style_dim
-        self.log_size = _log2_size(size)
+        self.log_size = log2_size(size)
         self.num_layers = (self.log_size - 2) * 2 + 1
         self.n_latent = self.log_size * 2 - 2
         self.resolutions = tuple(2**i for i in range(2, self.log_size + 1))
@@ -487,148 +474,14 @@ class Generator(HubModule):
 
 
 # --------------------------------------------------------------------------------------------
-# Discriminator
+# Converter (rosinality .pt -> zoo)
 # --------------------------------------------------------------------------------------------
-
-
-class ConvLayer(nn.Sequential):
-    """[Blur] -> EqualConv2d -> [FusedLeakyReLU] (indices as in rosinality: ``0.kernel``, ``1.weight``...)."""
-
-    def __init__(
-        self,
-        in_channel: int,
-        out_channel: int,
-        kernel_size: int,
-        downsample: bool = False,
-        blur_kernel: Sequence[int] = DEFAULT_BLUR,
-        bias: bool = True,
-        activate: bool = True,
-    ):
-        layers: list[nn.Module] = []
-        if downsample:
-            factor = 2
-            p = (len(blur_kernel) - factor) + (kernel_size - 1)
-            layers.append(Blur(blur_kernel, pad=((p + 1) // 2, p // 2)))
-            stride, padding = 2, 0
-        else:
-            stride, padding = 1, kernel_size // 2
-        layers.append(EqualConv2d(in_channel, out_channel, kernel_size, padding=padding, stride=stride, bias=bias and not activate))
-        if activate:
-            layers.append(FusedLeakyReLU(out_channel, bias=bias))
-        super().__init__(*layers)
-
-
-class ResBlock(nn.Module):
-    """Residual downsampling block: (conv3x3 -> conv3x3/2 + skip 1x1/2) / sqrt(2)."""
-
-    def __init__(self, in_channel: int, out_channel: int, blur_kernel: Sequence[int] = DEFAULT_BLUR):
-        super().__init__()
-        self.conv1 = ConvLayer(in_channel, in_channel, 3, blur_kernel=blur_kernel)
-        self.conv2 = ConvLayer(in_channel, out_channel, 3, downsample=True, blur_kernel=blur_kernel)
-        self.skip = ConvLayer(in_channel, out_channel, 1, downsample=True, activate=False, bias=False, blur_kernel=blur_kernel)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        return (self.conv2(self.conv1(input)) + self.skip(input)) / math.sqrt(2)
-
-
-class Discriminator(HubModule):
-    """StyleGAN2 residual discriminator with minibatch standard deviation (rosinality layout).
-
-    forward(img [N, 3, size, size] in [-1, 1]) -> logits [N, 1].
-    """
-
-    def __init__(
-        self,
-        size: int = 256,
-        channel_multiplier: int = 2,
-        blur_kernel: Sequence[int] = DEFAULT_BLUR,
-        channel_max: int = 512,
-    ):
-        super().__init__()
-        blur_kernel = list(blur_kernel)
-        self.size = size
-        log_size = _log2_size(size)
-        ch = {r: c for r, c in stylegan2_channels(channel_multiplier, channel_max).items() if r <= size}
-        self.channels = ch
-
-        convs: list[nn.Module] = [ConvLayer(3, ch[size], 1)]
-        in_channel = ch[size]
-        for i in range(log_size, 2, -1):
-            out_channel = ch[2 ** (i - 1)]
-            convs.append(ResBlock(in_channel, out_channel, blur_kernel))
-            in_channel = out_channel
-        self.convs = nn.Sequential(*convs)
-
-        self.stddev_group = 4
-        self.stddev_feat = 1
-        self.final_conv = ConvLayer(in_channel + 1, ch[4], 3)
-        self.final_linear = nn.Sequential(
-            EqualLinear(ch[4] * 4 * 4, ch[4], activation="fused_lrelu"),
-            EqualLinear(ch[4], 1),
-        )
-
-    def minibatch_stddev(self, out: torch.Tensor) -> torch.Tensor:
-        """Append the mean (over channels and pixels) std over groups of samples: [N, C+1, H, W].
-
-        Groups as rosinality: ``group = min(N, 4)`` samples strided through the batch; when N is
-        not divisible by that, the largest group size <= 4 that divides N is used (rosinality
-        would fail there).
-        """
-        n, c, h, w = out.shape
-        group = min(n, self.stddev_group)
-        while n % group:
-            group -= 1
-        f = self.stddev_feat
-        stddev = out.view(group, -1, f, c // f, h, w)
-        stddev = torch.sqrt(stddev.var(0, unbiased=False) + 1e-8)
-        stddev = stddev.mean([2, 3, 4], keepdim=True).squeeze(2)  # [n/group, f, 1, 1]
-        stddev = stddev.repeat(group, 1, h, w)
-        return torch.cat([out, stddev], 1)
-
-    def forward(self, input: torch.Tensor) -> torch.Tensor:
-        out = self.minibatch_stddev(self.convs(input))
-        out = self.final_conv(out)
-        return self.final_linear(out.view(out.shape[0], -1))
-
-
-# --------------------------------------------------------------------------------------------
-# Converters (rosinality .pt -> zoo)
-# --------------------------------------------------------------------------------------------
-
-
-def _unwrap(state: Mapping[str, Any], entry: str, marker: str) -> dict[str, torch.Tensor]:
-    if entry in state and isinstance(state[entry], Mapping):
-        sd = state[entry]
-    elif marker in state:
-        sd = state
-    else:
-        raise ConversionError(f"expected a rosinality checkpoint with a {entry!r} entry (or a bare state dict); got keys {sorted(state)[:6]}")
-    bad = [k for k, v in sd.items() if not isinstance(v, torch.Tensor)]
-    if bad:
-        raise ConversionError(f"{entry}: non-tensor entries {bad[:3]}")
-    return dict(sd)
-
-
-def _shape(sd: Mapping[str, torch.Tensor], key: str, what: str) -> tuple[int, ...]:
-    if key not in sd:
-        raise ConversionError(f"{what}: missing key {key!r}")
-    return tuple(sd[key].shape)
-
-
-def _infer_channels(observed: dict[int, int], what: str) -> tuple[int, int]:
-    """Find (channel_multiplier, channel_max) reproducing the observed {res: channels}."""
-    cmax = max(observed.values())
-    for cm in [2, 1] + list(range(3, 65)):
-        chans = stylegan2_channels(cm, cmax)
-        if all(chans[r] == c for r, c in observed.items()):
-            return cm, cmax
-    raise ConversionError(f"{what}: channel counts {observed} match no StyleGAN2 configuration")
 
 
 def generator_config_from_state_dict(sd: Mapping[str, torch.Tensor]) -> dict[str, Any]:
     """Infer Generator kwargs (size, style_dim, n_mlp, channel_multiplier, channel_max) from shapes."""
     what = "stylegan2 generator"
-    style_dim = _shape(sd, "conv1.conv.modulation.weight", what)[1]
+    style_dim = key_shape(sd, "conv1.conv.modulation.weight", what)[1]
     n_mlp = 0
     while f"style.{n_mlp + 1}.weight" in sd:
         n_mlp += 1
@@ -636,25 +489,11 @@ def generator_config_from_state_dict(sd: Mapping[str, torch.Tensor]) -> dict[str
     while f"to_rgbs.{n_rgb}.conv.weight" in sd:
         n_rgb += 1
     size = 2 ** (n_rgb + 2)
-    observed = {4: _shape(sd, "conv1.conv.weight", what)[1]}
+    observed = {4: key_shape(sd, "conv1.conv.weight", what)[1]}
     for k in range(n_rgb):
-        observed[2 ** (k + 3)] = _shape(sd, f"to_rgbs.{k}.conv.weight", what)[2]
-    cm, cmax = _infer_channels(observed, what)
+        observed[2 ** (k + 3)] = key_shape(sd, f"to_rgbs.{k}.conv.weight", what)[2]
+    cm, cmax = infer_channels(observed, what)
     return dict(size=size, style_dim=style_dim, n_mlp=n_mlp, channel_multiplier=cm, channel_max=cmax)
-
-
-def discriminator_config_from_state_dict(sd: Mapping[str, torch.Tensor]) -> dict[str, Any]:
-    """Infer Discriminator kwargs (size, channel_multiplier, channel_max) from shapes."""
-    what = "stylegan2 discriminator"
-    n_res = 0
-    while f"convs.{n_res + 1}.conv1.0.weight" in sd:
-        n_res += 1
-    size = 2 ** (n_res + 2)
-    observed = {size: _shape(sd, "convs.0.0.weight", what)[0], 4: _shape(sd, "final_conv.0.weight", what)[0]}
-    for j in range(1, n_res + 1):
-        observed[size // 2**j] = _shape(sd, f"convs.{j}.conv2.1.weight", what)[0]
-    cm, cmax = _infer_channels(observed, what)
-    return dict(size=size, channel_multiplier=cm, channel_max=cmax)
 
 
 @register_converter("stylegan2", "rosinality StyleGAN2 generator .pt (the 'g_ema' entry; size/style_dim/n_mlp/channels from shapes)")
@@ -663,14 +502,6 @@ def convert_stylegan2(state: Mapping[str, Any]) -> Generator:
 
     ``latent_avg`` and the other entries are ignored (``Generator.mean_latent`` recomputes it).
     """
-    sd = _unwrap(state, "g_ema", "input.input")
+    sd = unwrap_state_dict(state, "g_ema", "input.input")
     generator = Generator(**generator_config_from_state_dict(sd))
     return check_and_load(generator, sd, "stylegan2 generator (g_ema)")
-
-
-@register_converter("stylegan2-discriminator", "rosinality StyleGAN2 discriminator .pt (the 'd' entry)")
-def convert_stylegan2_discriminator(state: Mapping[str, Any]) -> Discriminator:
-    """rosinality checkpoint {'d': state_dict, ...} (or a bare discriminator dict) -> Discriminator."""
-    sd = _unwrap(state, "d", "final_conv.0.weight")
-    disc = Discriminator(**discriminator_config_from_state_dict(sd))
-    return check_and_load(disc, sd, "stylegan2 discriminator (d)")

@@ -185,8 +185,8 @@ def pose_sensitivity(
     ``directions [512,D]``), from the faces drawn with it added at +amplitude sigma and at -amplitude sigma in
     ``slots``, averaged over ``faces`` generated faces (truncation 0.7); 256 px, the 468-point face mesh's six pose
     points + solvePnP (:func:`zoo.face_mesh.mesh_head_pose`; never dlib, the evaluation judge)."""
+    from ..alignment import ffhq_template
     from ..face_mesh import mesh_head_pose
-    from ..pipeline import ffhq_template
 
     template = ffhq_template(256)
     gen = torch.Generator().manual_seed(seed)

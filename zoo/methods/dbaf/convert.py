@@ -1,115 +1,24 @@
-"""DBAF: "Disentangle Before Anonymize: A Two-stage Framework for Attribute-preserved and
-Occlusion-robust De-identification" (Zhu, Chen, Wei, Wang, Gao).
+"""Converters for the DBAF authors' checkpoint layout (mrzhu-cool/DBAF) into the zoo's modules.
 
-Modules (names from the paper, shared implementations in :mod:`._stylegan_family`):
-
-* **CID** (Contrastive Identity Disentanglement, eq. 1-5): one multi-head attention transformer
-  shared by the coarse / medium / fine W+ levels (4/4/6 rows at 256 px) predicts the attribute code
-  A; the identity code is I = C - A (eq. 4).
-* **KRIA** (Key-authorized Reversible Identity Anonymization, eq. 19-23): per level, a seven-layer
-  equal-linear MLP on [I_z, P_z] gives the new identity code; C_hat = A + KRIA([P, I]).
-* **MAAR** (Multi-scale Attentional Attribute Retention, eq. 6-8): channel + spatial attention on
-  e4e's 16/32/64 px feature maps, injected into StyleGAN2 (eq. 9, 24-28).
-
-Stage 1 (disentanglement, eq. 10-18) trains CID + MAAR (+ decoder) on X_attr / X_id swaps with the
-contrastive loss; stage 2 (anonymization, eq. 19-39) adds KRIA and trains on five outputs from two
-correct and two wrong keys. Lambdas as published (Sec. III-C, III-D): see training/configs/dbaf.yaml.
-
-Keys: the secret's key material gives three z ~ N(0, I) (one per level); StyleGAN's mapping network
-turns them into w, repeated 4/4/6 over the W+ rows (the authors' ``sample_w``). Recovery runs the same
-mapping on the anonymized image: X_rec = G(X_ano, P) (Sec. III-A). It is *learned*, not analytic: the
-recovery loss (eq. 30) teaches KRIA that the same key undoes its own edit; a wrong key gives another
-identity (eq. 22-23, 29).
-
-The authors' released files (mrzhu-cool/DBAF: ``best_model_w_disentanglement.pth``,
-``best_model_attr_block.pth``, ``best_model_id_mlp.pth``, ``best_model_decoder_finetune.pth``, plus
-``e4e_ffhq_encode_256.pt``) convert with the converters registered below, or all at once with
-``python -m zoo.methods.dbaf convert-official --e4e ... --out DIR``.
+``python -m zoo.methods.dbaf convert-official --e4e ... --decoder ... --w-disentanglement ...
+--attr-block ... --id-mlp ... --out DIR`` writes a checkpoint folder that ``zoo.load("dbaf",
+local_dir=DIR)`` reads.
 """
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, ClassVar, Mapping
+from typing import Any, Mapping
 
 import torch
 
-from .. import losses as L
-from ..convert import ConversionError, check_and_load, register_converter
-from ._stylegan_family import (
-    AttributeRetention,
-    IdentityDisentangler,
-    KeyedIdentityEditor,
-    ReconstructionBaseline,
-    StyleGANIdentityMethod,
-    feature_resolutions,
-)
-from .latent_demo import KeyedInvolutionDemo
+from ...convert import ConversionError, check_and_load, register_converter
+from ...nn.identity_levels import feature_resolutions
+from .method import DBAF
+from .modules import CID, KRIA, MAAR
 
-__all__ = [
-    "DBAF",
-    "DBAFDemo",
-    "DBAFReconstruction",
-    "convert_dbaf_cid",
-    "convert_dbaf_maar",
-    "convert_dbaf_kria",
-    "convert_official_dbaf",
-]
-
-
-class DBAF(StyleGANIdentityMethod):
-    """DBAF on aligned faces (256 px FFHQ alignment for the published model). Reversible with the key."""
-
-    name = "dbaf"
-    summary = "Two-stage StyleGAN/e4e identity editing: CID disentangles, KRIA edits the identity code with a key, MAAR keeps details"
-    paper = "Zhu et al., Disentangle Before Anonymize: A Two-stage Framework for Attribute-preserved and Occlusion-robust De-identification"
-    component_names: ClassVar[tuple[str, ...]] = ("encoder", "generator", "cid", "maar", "kria")
-    disentangler_name = "cid"
-    retention_name = "maar"
-    editor_name = "kria"
-    demo_variant: ClassVar[str] = "zoo.methods.dbaf:DBAFDemo"
-    sum_over_outputs = True  # eq. 33-35 and 37-38 sum over S_2
-
-    def latent_reference(self) -> torch.Tensor:
-        """w_bar of eq. 15 / 36: the average latent (e4e's ``latent_avg``)."""
-        return self.encoder.latent_avg[0]
-
-    @staticmethod
-    def identity_terms(e_ori, e_ano, e_rec, e_err) -> dict[str, torch.Tensor]:
-        """L_id = L_dif + L_rev + L_div (eq. 32; its "L_rec" is the recovery loss L_rev of eq. 30)."""
-        s1 = list(e_ano) + list(e_err)  # S_1 = {X_ano1, X_ano2, X_err1, X_err2}
-        return {
-            "dif": sum(L.identity_similarity_hinge(e_ori, e) for e in s1),  # eq. (29), summed over S_1
-            "rev": L.identity_cosine_loss(e_ori, e_rec),  # eq. (30)
-            "div": L.pairwise_similarity_hinge(s1, reduction="sum"),  # eq. (31)
-        }
-
-
-class DBAFDemo(KeyedInvolutionDemo):
-    """DBAF's KRIA (eq. 19-23) and its anonymization-stage identity losses (eq. 29-31) on the demo
-    backbone (:class:`~.latent_demo.KeyedInvolutionDemo`: an involution by construction; CID and MAAR have nothing
-    to act on there, A = 0).
-    Recipe and deviations: ``training/configs/dbaf_demo.yaml``."""
-
-    name = "dbaf"
-    summary = DBAF.summary
-    paper = DBAF.paper
-    component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder", "kria")
-    editor_name = "kria"
-    identity_terms = staticmethod(DBAF.identity_terms)
-
-
-class DBAFReconstruction(ReconstructionBaseline):
-    """DBAF without the KRIA edit (G(A + I)): the evaluator's reconstruction reference."""
-
-    name = "dbaf-reconstruction"
-    target = DBAF
-
-
-# ------------------------------------------------------------------------------------------------
-# Converters for the authors' checkpoint layout (mrzhu-cool/DBAF)
-# ------------------------------------------------------------------------------------------------
+__all__ = ["convert_dbaf_cid", "convert_dbaf_maar", "convert_dbaf_kria", "convert_official_dbaf", "add_convert_command"]
 
 _HEADS = 14  # the authors' ViT(heads=14, dim_head=64): not recoverable from shapes alone
 
@@ -132,8 +41,8 @@ def _need(sd: Mapping[str, torch.Tensor], key: str, what: str) -> torch.Tensor:
 
 
 @register_converter("dbaf-cid", "DBAF CID from the authors' best_model_w_disentanglement.pth (DisentanglementId: linear_w, pos_embedding, layers.{0,1,2} ViT)")
-def convert_dbaf_cid(state: Mapping[str, Any], heads: int = _HEADS) -> IdentityDisentangler:
-    """Official ``DisentanglementId`` state dict -> :class:`IdentityDisentangler` (three per-level
+def convert_dbaf_cid(state: Mapping[str, Any], heads: int = _HEADS) -> CID:
+    """Official ``DisentanglementId`` state dict -> :class:`~.modules.CID` (three per-level
     transformers, ``attention="row"``: the official code's transformer runs over the batch axis, so at
     its test batch size 1 each W+ row only attends to itself; we reproduce that computation).
 
@@ -158,7 +67,7 @@ def convert_dbaf_cid(state: Mapping[str, Any], heads: int = _HEADS) -> IdentityD
     mlp_dim = _need(sd, "layers.0.transformer.layers.0.1.fn.net.0.weight", what).shape[0]
     if inner % heads:
         raise ConversionError(f"{what}: attention width {inner} is not a multiple of {heads} heads")
-    model = IdentityDisentangler(
+    model = CID(
         n_latent=n_latent,
         style_dim=d,
         shared=False,
@@ -191,8 +100,8 @@ def convert_dbaf_cid(state: Mapping[str, Any], heads: int = _HEADS) -> IdentityD
 
 
 @register_converter("dbaf-maar", "DBAF MAAR from the authors' best_model_attr_block.pth (AttrBlock: conv_c{3,2,1} + CBAM)")
-def convert_dbaf_maar(state: Mapping[str, Any], resolution: int = 256) -> AttributeRetention:
-    """Official ``AttrBlock`` -> :class:`AttributeRetention`. c3 (16 px) is our coarse level 0, c2 medium,
+def convert_dbaf_maar(state: Mapping[str, Any], resolution: int = 256) -> MAAR:
+    """Official ``AttrBlock`` -> :class:`~.modules.MAAR`. c3 (16 px) is our coarse level 0, c2 medium,
     c1 fine (16 / 32 / 64 px for a ``resolution`` of 256). ``conv_cK`` -> ``proj.l``; ``cbam_cK.ChannelGate.mlp.{1,3}`` -> ``attention.l.channel_mlp.{0,2}``;
     ``cbam_cK.SpatialGate.spatial.{conv,bn}`` -> ``attention.l.spatial_{conv,bn}``."""
     what = "DBAF MAAR (attr_block)"
@@ -207,7 +116,7 @@ def convert_dbaf_maar(state: Mapping[str, Any], resolution: int = 256) -> Attrib
     if out_ch[0] % hidden:
         raise ConversionError(f"{what}: channel-gate width {hidden} does not divide {out_ch[0]}")
     res = feature_resolutions(resolution)
-    model = AttributeRetention(in_channels=in_ch, out_channels=out_ch, resolutions=list(res), reduction=out_ch[0] // hidden)
+    model = MAAR(in_channels=in_ch, out_channels=out_ch, resolutions=list(res), reduction=out_ch[0] // hidden)
     sub = {
         "ChannelGate.mlp.1": "channel_mlp.0", "ChannelGate.mlp.3": "channel_mlp.2",
         "SpatialGate.spatial.conv": "spatial_conv", "SpatialGate.spatial.bn": "spatial_bn",
@@ -226,8 +135,8 @@ def convert_dbaf_maar(state: Mapping[str, Any], resolution: int = 256) -> Attrib
 
 
 @register_converter("dbaf-kria", "DBAF KRIA from the authors' best_model_id_mlp.pth (AnonymizationNet: mapper.{0,1,2} cMLPs)")
-def convert_dbaf_kria(state: Mapping[str, Any], n_latent: int = 14) -> KeyedIdentityEditor:
-    """Official ``AnonymizationNet`` -> :class:`KeyedIdentityEditor`: ``mapper.k.model.i`` -> ``mlps.k.layers.i``.
+def convert_dbaf_kria(state: Mapping[str, Any], n_latent: int = 14) -> KRIA:
+    """Official ``AnonymizationNet`` -> :class:`~.modules.KRIA`: ``mapper.k.model.i`` -> ``mlps.k.layers.i``.
 
     The official forward sends rows 0-3 / 4-7 / 8+ to mappers 0 / 1 / 2: our 4/4/6 split at 14 rows.
     """
@@ -239,7 +148,7 @@ def convert_dbaf_kria(state: Mapping[str, Any], n_latent: int = 14) -> KeyedIden
         raise ConversionError(f"{what}: expected mapper.k.model.0..7 keys, found {layers} layers")
     d = _need(sd, f"mapper.0.model.{layers - 1}.weight", what).shape[0]
     lr_mul = 0.01  # the authors' lr_mlp; not stored in the state dict (it rescales the stored weights)
-    model = KeyedIdentityEditor(n_latent=n_latent, style_dim=d, n_extra=layers - 4, lr_mul=lr_mul)
+    model = KRIA(n_latent=n_latent, style_dim=d, n_extra=layers - 4, lr_mul=lr_mul)
     ours: dict[str, torch.Tensor] = {}
     for key, value in sd.items():
         m = pat.match(key)
@@ -261,8 +170,8 @@ def convert_official_dbaf(
     ``e4e``: ``e4e_ffhq_encode_256.pt``; ``decoder``: ``best_model_decoder_finetune.pth`` (a rosinality
     generator state dict, fine-tuned in both stages; their code loads it with this name).
     """
-    from ..nn.psp import convert_e4e
-    from ..nn.stylegan2 import convert_stylegan2
+    from ...nn.psp import convert_e4e
+    from ...nn.stylegan2 import convert_stylegan2
 
     encoder = convert_e4e(dict(e4e))
     generator = convert_stylegan2(dict(decoder))
@@ -279,7 +188,7 @@ def convert_official_dbaf(
     return DBAF(config, components)
 
 
-def _convert_command(sub) -> None:
+def add_convert_command(sub) -> None:
     c = sub.add_parser("convert-official", help="convert the authors' released files into a zoo checkpoint folder")
     c.add_argument("--e4e", required=True, help="e4e_ffhq_encode_256.pt")
     c.add_argument("--decoder", required=True, help="best_model_decoder_finetune.pth")
@@ -291,7 +200,7 @@ def _convert_command(sub) -> None:
 
 
 def _convert(args) -> None:
-    from ..convert import load_original
+    from ...convert import load_original
 
     method = convert_official_dbaf(
         load_original(args.e4e),
@@ -302,9 +211,3 @@ def _convert(args) -> None:
     )
     method.save_pretrained(Path(args.out))
     print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    from ._stylegan_family import cli
-
-    cli(DBAF, extra=_convert_command)

@@ -1,7 +1,8 @@
 """HFORD: "High-Fidelity and Occlusion-Robust De-identification for Face Privacy Protection"
 (Chen, Zhu, Wang, Gao).
 
-Modules (names from the paper; implementations shared with DBAF in :mod:`._stylegan_family`):
+Modules (names from the paper, in :mod:`.modules`; implementations shared with DBAF in
+:mod:`zoo.nn.identity_levels`):
 
 * **IDM** (Identity Disentanglement Module, eq. 1-2): a ViT-style multi-head attention transformer per
   W+ level (coarse 1-4, medium 5-8, fine 9-14 at 256 px) gives the attribute code A; I = C - A.
@@ -32,13 +33,16 @@ from typing import ClassVar
 
 import torch
 
-from .. import losses as L
-from ._stylegan_family import ReconstructionBaseline, StyleGANIdentityMethod
-from .latent_demo import IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, KeyedInvolutionDemo
+from ... import losses as L
+from ...registry import register_method
+from ..latent_demo import IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, KeyedInvolutionDemo
+from ..stylegan_identity import ReconstructionBaseline, StyleGANIdentityMethod
+from .modules import ARM, IDM, CMLPs
 
 __all__ = ["HFORD", "HFORDDemo", "HFORDReconstruction"]
 
 
+@register_method("hford", default_repo="face-deid-zoo/hford")
 class HFORD(StyleGANIdentityMethod):
     """HFORD on aligned faces (256 px FFHQ alignment for the published recipe). Reversible with the password."""
 
@@ -49,6 +53,9 @@ class HFORD(StyleGANIdentityMethod):
     disentangler_name = "idm"
     retention_name = "arm"
     editor_name = "cmlp"
+    disentangler_class = IDM
+    retention_class = ARM
+    editor_class = CMLPs
     demo_variant: ClassVar[str] = "zoo.methods.hford:HFORDDemo"
     sum_over_outputs = False  # eq. 8-9, 14 apply to each generated image X*: averaged
 
@@ -69,7 +76,7 @@ class HFORD(StyleGANIdentityMethod):
 
 class HFORDDemo(KeyedInvolutionDemo):
     """HFORD's cMLP (Sec. III-B) and its anonymization-stage identity losses (eq. 10-12) on the demo
-    backbone (:class:`~.latent_demo.KeyedInvolutionDemo`: an involution by construction; IDM and ARM have nothing
+    backbone (:class:`~zoo.methods.latent_demo.KeyedInvolutionDemo`: an involution by construction; IDM and ARM have nothing
     to act on there, A = 0).
     Recipe and deviations: ``training/configs/hford_demo.yaml``."""
 
@@ -92,9 +99,3 @@ class HFORDReconstruction(ReconstructionBaseline):
 
     name = "hford-reconstruction"
     target = HFORD
-
-
-if __name__ == "__main__":
-    from ._stylegan_family import cli
-
-    cli(HFORD)

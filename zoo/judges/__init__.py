@@ -19,7 +19,7 @@ train with SFace). dlib is the judge of every published number and is never used
 
 Common interface::
 
-    judge.embed_photo_faces(rgb, faces) -> [N, D]   # faces: pipeline.DetectedFace list, in rgb's pixels
+    judge.embed_photo_faces(rgb, faces) -> [N, D]   # faces: detectors.DetectedFace list, in rgb's pixels
     judge.embed_aligned(crops)          -> [N, D]   # uint8 [N, S, S, 3] FFHQ-aligned crops (any S)
     judge.score(a, b)                   -> [N]      # the native metric (cosine or euclidean)
     judge.distance(a, b)                -> [N]      # always "smaller = more alike" (1 - cosine, or euclidean)
@@ -39,7 +39,8 @@ from typing import Sequence
 import cv2
 import numpy as np
 
-from .pipeline import DetectedFace, ffhq_template, insightface_model_path, package_dir
+from ..alignment import ffhq_template
+from ..detectors import DetectedFace, insightface_model_path, package_dir
 
 __all__ = [
     "Judge",
@@ -54,7 +55,7 @@ __all__ = [
     "measure",
 ]
 
-# insightface's ArcFace 112 px template (arcface_dst), landmark order as in zoo.pipeline
+# insightface's ArcFace 112 px template (arcface_dst), landmark order as in zoo.detectors
 ARCFACE_TEMPLATE_112 = np.array(
     [[38.2946, 51.6963], [73.5318, 51.5014], [56.0252, 71.7366], [41.5493, 92.3655], [70.7299, 92.2041]],
     dtype=np.float64,
@@ -236,7 +237,7 @@ class ArcFaceJudge(Judge):
         self._sess = ort.InferenceSession(str(path), providers=["CPUExecutionProvider"])
 
     def _run(self, rgb: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
-        from .pipeline import similarity_lstsq
+        from ..alignment import similarity_lstsq
 
         m = similarity_lstsq(np.asarray(landmarks, np.float64), ARCFACE_TEMPLATE_112)
         face = cv2.warpAffine(rgb, m, (112, 112), flags=cv2.INTER_LINEAR)
@@ -267,14 +268,14 @@ class FaceResJudge(Judge):
 
     def __init__(self) -> None:
         super().__init__()
-        from .nn.faceres import load_faceres
+        from ..nn.faceres import load_faceres
 
         self._net = load_faceres()
 
     def _descriptors(self, boxes_192: list[np.ndarray]) -> np.ndarray:
         import torch
 
-        from .nn.faceres import faceres_crops
+        from ..nn.faceres import faceres_crops
 
         out = []
         with torch.inference_mode():
@@ -283,8 +284,8 @@ class FaceResJudge(Judge):
         return np.concatenate(out) if out else np.zeros((0, self.dim))
 
     def embed_photo_faces(self, rgb: np.ndarray, faces: Sequence[DetectedFace]) -> np.ndarray:
-        from .nn.faceres import MESH_SIZE, faceres_crop_matrix
-        from .pipeline import alignment_matrix, warp_region
+        from ..alignment import alignment_matrix, warp_region
+        from ..nn.faceres import MESH_SIZE, faceres_crop_matrix
 
         rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
         boxes = [warp_region(rgb, faceres_crop_matrix(alignment_matrix(f.landmarks, 256), 256), (MESH_SIZE, MESH_SIZE)) for f in faces]
@@ -292,8 +293,8 @@ class FaceResJudge(Judge):
             return self._descriptors(boxes)
 
     def embed_aligned(self, crops: np.ndarray) -> np.ndarray:
-        from .nn.faceres import MESH_SIZE, faceres_crop_matrix
-        from .pipeline import warp_region
+        from ..alignment import warp_region
+        from ..nn.faceres import MESH_SIZE, faceres_crop_matrix
 
         crops = np.asarray(crops, dtype=np.uint8)
         if crops.ndim == 3:
@@ -304,7 +305,7 @@ class FaceResJudge(Judge):
             return self._descriptors(boxes)
 
 
-_JUDGES = {"sface": SFaceJudge, "dlib": DlibJudge, "arcface": ArcFaceJudge, "faceres": FaceResJudge}
+JUDGES = {"sface": SFaceJudge, "dlib": DlibJudge, "arcface": ArcFaceJudge, "faceres": FaceResJudge}
 _INSTANCES: dict[str, Judge] = {}
 _GLOBAL_LOCK = threading.Lock()
 
@@ -313,18 +314,18 @@ def get_judge(name: str) -> Judge:
     """A shared judge instance by name: ``"sface"``, ``"dlib"``, ``"faceres"`` or ``"arcface"`` (if its model is on
     disk)."""
     key = name.strip().lower()
-    if key not in _JUDGES:
-        raise ValueError(f"unknown judge {name!r}; choose from {', '.join(_JUDGES)}")
+    if key not in JUDGES:
+        raise ValueError(f"unknown judge {name!r}; choose from {', '.join(JUDGES)}")
     with _GLOBAL_LOCK:
         if key not in _INSTANCES:
-            _INSTANCES[key] = _JUDGES[key]()
+            _INSTANCES[key] = JUDGES[key]()
         return _INSTANCES[key]
 
 
 def available_judges() -> list[str]:
     """Judges whose model files are present (no download is ever attempted)."""
     out = []
-    for key in _JUDGES:
+    for key in JUDGES:
         try:
             get_judge(key)
             out.append(key)
@@ -358,85 +359,3 @@ def measure(original: np.ndarray, anonymized: np.ndarray, faces: Sequence[Detect
         "matched": [bool(m) for m in judge.same_person(a, b)] if len(faces) else [],
         "psnr_outside_boxes": float("inf") if mse == 0 else round(10 * np.log10(255.0**2 / mse), 2),
     }
-
-
-def _error(message: str) -> None:
-    """One line on stderr (a user's mistake: no traceback)."""
-    import sys
-
-    print("error: " + " ".join(str(message).split()).strip("'\""), file=sys.stderr)
-
-
-def _read_photo(item: str) -> np.ndarray:
-    """A photo path, or ``example:NAME`` (a bundled example photo, as in ``python -m zoo``)."""
-    from .imageio import load_image
-
-    if item.startswith("example:"):
-        from .assets import example_images
-
-        examples = example_images()
-        name = item.split(":", 1)[1]
-        if name not in examples:
-            raise ValueError(f"no example {name!r} on this machine; available: {', '.join(examples) or 'none'}")
-        item = str(examples[name])
-    elif not Path(item).expanduser().is_file():
-        raise ValueError(f"no such image file: {item} (give the path of a photo, or example:group)")
-    return load_image(item)[0]
-
-
-def _main(argv: Sequence[str] | None = None) -> int:
-    """``python -m zoo.judges IMAGE [--methods blur,pixelate] [--judge dlib]``: anonymity at default strength.
-
-    Prints a JSON report on stdout. Every error is one line on stderr, printed once; exit status 2 for a
-    usage error (nothing measured), 1 when a method failed (the others are still measured), else 0."""
-    import argparse
-    import contextlib
-    import json
-    import sys
-
-    from . import load
-    from .keys import Secret
-    from .pipeline import detect_faces
-
-    p = argparse.ArgumentParser(prog="python -m zoo.judges", description=_main.__doc__.split("\n\n")[0])
-    p.add_argument("image", help="a photo, or example:NAME (group, astronaut, ...)")
-    p.add_argument("--methods", default="blur,pixelate,noise,mask", help="comma-separated methods (python -m zoo list)")
-    p.add_argument("--judge", default="dlib", help=f"one of {', '.join(_JUDGES)}")
-    p.add_argument("--key", default="judge-check")
-    args = p.parse_args(argv)
-    methods = list(dict.fromkeys(m.strip().lower() for m in args.methods.split(",") if m.strip()))
-    try:
-        if not methods:
-            raise ValueError("give at least one method: --methods blur,pixelate (see `python -m zoo list`)")
-        secret = Secret(args.key)  # stretched once; an empty key is refused once here, not once per method
-        rgb = _read_photo(args.image)
-        judge = get_judge(args.judge)
-    except (OSError, ValueError, ImportError) as err:
-        _error(err)
-        return 2
-    try:
-        faces = detect_faces(rgb)
-        rows, failed = {}, False
-        for name in methods:
-            # stdout carries the JSON report only (some loaders print progress lines)
-            with contextlib.redirect_stdout(sys.stderr):
-                try:
-                    out = np.asarray(load(name).anonymize(rgb, key=secret))
-                except (KeyError, OSError, ValueError, TypeError) as err:  # unknown method, no weights, bad control
-                    msg = " ".join(str(err).split()).strip("'\"")
-                    _error(f"{name}: {msg}")
-                    rows[name], failed = {"error": msg}, True
-                    continue
-                rows[name] = measure(rgb, out, faces, judge)
-    except KeyboardInterrupt:
-        _error("interrupted")
-        return 130
-    except Exception as err:  # noqa: BLE001 - anything else: one line, not a traceback
-        _error(f"{type(err).__name__}: {err} (please report this with the command you ran)")
-        return 1
-    print(json.dumps({"image": args.image, "faces": len(faces), "judge": judge.name, "threshold": judge.distance_threshold, "methods": rows}, indent=1))
-    return 1 if failed else 0
-
-
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(_main())

@@ -51,55 +51,34 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .. import losses
-from ..keys import KeyMaterial
-from .base import Control, NeuralMethod
-
-__all__ = ["IDEudemon", "IDEudemonStepOne", "STEP_ONE_LABEL", "NOISE_CONTEXT", "id_noise", "hybrid_image", "STYLING_CLASSES", "FACE_CLASSES"]
-
-NOISE_CONTEXT = "ideudemon/id-noise"
-#: the noise std of eq. 3: default (the paper recommends 0.2-0.3) and the largest the paper studies
-SCALE_DEFAULT, SCALE_MAX = 0.25, 0.40
-#: how much each privacy-guard variant raises the noise std (variants 1, 2, 3 of the default: 0.30, 0.35, 0.40)
-GUARD_SCALE_STEP = 0.05
-#: parser classes of the styling mask (kept from X) and of the face region (taken from X_p)
-STYLING_CLASSES = ("hair", "hat", "eye_g", "ear_r", "neck_l")
-FACE_CLASSES = ("skin", "l_brow", "r_brow", "l_eye", "r_eye", "l_ear", "r_ear", "nose", "mouth", "u_lip", "l_lip")
-ROI_NAMES = ("left_eye", "right_eye", "mouth")
-
-
-def id_noise(keys: Sequence[KeyMaterial], dim: int) -> torch.Tensor:
-    """``[N, dim]`` standard normal noise, one row per key (deterministic in the key material)."""
-    return torch.stack([k.normal(dim, context=NOISE_CONTEXT) for k in keys])
-
-
-def hybrid_image(x: torch.Tensor, x_p: torch.Tensor, face_x: torch.Tensor, face_p: torch.Tensor, styling: torch.Tensor | None = None) -> torch.Tensor:
-    """Visual similarity assistance (Sec. 3.3): ``S X + (1 - S) [F_p X_p + (1 - F_p) (K X + (1 - K) X_p)]``.
-
-    ``x``, ``x_p`` ``[N,3,R,R]``; masks ``[N,1,R,R]`` in [0,1]: ``face_x``/``face_p`` face regions of X and
-    X_p, ``styling`` hair/accessories of X (default none); K = 1 - face_x.
-    """
-    keep_x = 1.0 - face_x
-    x_l = face_p * x_p + (1 - face_p) * (keep_x * x + (1 - keep_x) * x_p)
-    return x_l if styling is None else styling * x + (1 - styling) * x_l
+from ... import losses
+from ...keys import KeyMaterial
+from ...registry import register_method
+from ..base import Control, NeuralMethod
+from .modules import (
+    FACE_CLASSES,
+    GUARD_SCALE_STEP,
+    METHOD_NAME,
+    RESTORER_LABEL,
+    RESTORER_OFF_LABEL,
+    ROI_NAMES,
+    SCALE_DEFAULT,
+    SCALE_MAX,
+    STEP_ONE_LABEL,
+    STYLING_CLASSES,
+    blur_mask,
+    dilate_mask,
+    hybrid_image,
+    id_noise,
+)
+from .restorer import SFacePerceptual, has_restorer
 
 
-def _dilate(mask: torch.Tensor, radius: int) -> torch.Tensor:
-    if radius <= 0:
-        return mask
-    return F.max_pool2d(mask, 2 * radius + 1, stride=1, padding=radius)
-
-
-def _blur(mask: torch.Tensor, sigma: float) -> torch.Tensor:
-    from .ifadit import gaussian_blur
-
-    return gaussian_blur(mask, sigma)
-
-
+@register_method("ideudemon", default_repo="face-deid-zoo/ideudemon")
 class IDEudemon(NeuralMethod):
     """IDEudemon on aligned crops; see the module docstring. Control: ``scale`` (noise std of eq. 3)."""
 
-    name = "ideudemon"
+    name = METHOD_NAME
     summary = "Step I: fit a parametric head model, add key-seeded Gaussian noise to its 100-d ID code, re-render; Step II: keep hair/background, GFPGAN-style restorer."
     paper = "Wen et al., Divide and Conquer: a Two-Step Method for High Quality Face De-identification with Model Explainability (IDEudemon)"
     reversible = False
@@ -133,7 +112,7 @@ class IDEudemon(NeuralMethod):
         #: (``step1.register_features``, default off; on in the demo config, which says why)
         self.register_features = False
         if backend == "mesh":
-            from ..face3d import MeshHeadModel, ShapeSpace, TextureSpace, load_shape_space, load_texture_space
+            from ...face3d import MeshHeadModel, ShapeSpace, TextureSpace, load_shape_space, load_texture_space
 
             if "shape_space.mean" in self.extra:
                 space = ShapeSpace.from_tensors(self.extra, "shape_space.")
@@ -157,7 +136,7 @@ class IDEudemon(NeuralMethod):
             if self.texture_noise not in ("add", "mix"):
                 raise ValueError(f"step1.texture_noise must be 'add' or 'mix', not {self.texture_noise!r}")
         elif backend == "headnerf":
-            from ..face3d.headnerf import HeadNeRFHeadModel
+            from ...face3d.headnerf import HeadNeRFHeadModel
 
             if "headnerf" not in self.components:
                 raise ValueError("ideudemon backend 'headnerf' needs a 'headnerf' component (python -m zoo.convert headnerf ...)")
@@ -203,7 +182,7 @@ class IDEudemon(NeuralMethod):
 
     # ------------------------------------------------------------------ Step I (eq. 1-4)
     def _parser_head_mask(self, x: torch.Tensor) -> torch.Tensor:
-        from ..nn.bisenet import region_mask
+        from ...nn.bisenet import region_mask
 
         return 1.0 - region_mask(self.components["face_parser"].parse(x), "background")
 
@@ -270,7 +249,7 @@ class IDEudemon(NeuralMethod):
         parser = self.components.get("face_parser")
         styling = torch.zeros_like(face_x)
         if parser is not None:
-            from ..nn.bisenet import region_mask
+            from ...nn.bisenet import region_mask
 
             lab_x, lab_p = parser.parse(x), parser.parse(x_p)
             styling = region_mask(lab_x, STYLING_CLASSES).to(x)
@@ -278,7 +257,7 @@ class IDEudemon(NeuralMethod):
             face_p = region_mask(lab_p, FACE_CLASSES).to(x)
         x_l = hybrid_image(x, x_p, face_x, face_p, styling)
         r = x.shape[-1]
-        head = _blur(_dilate(torch.maximum(face_x, face_p), int(round(self.blend_dilate * r))), self.blend_feather * r).clamp(0, 1)
+        head = blur_mask(dilate_mask(torch.maximum(face_x, face_p), int(round(self.blend_dilate * r))), self.blend_feather * r).clamp(0, 1)
         head = head * (1 - styling)
         return x_l, {"face_x": face_x, "face_p": face_p, "styling": styling, "head": head}
 
@@ -327,10 +306,10 @@ class IDEudemon(NeuralMethod):
     @classmethod
     def build_components(cls, config: dict[str, Any]) -> dict[str, nn.Module]:
         """Random-init (or pretrained, when the config names them) components for training."""
-        from ..hub import resolve_checkpoint
-        from ..nn.discriminators import FacialComponentDiscriminator
-        from ..nn.gfpgan import GFPGANv1Clean, StyleGAN2GeneratorClean
-        from ..nn.stylegan2 import Discriminator
+        from ...hub import resolve_checkpoint
+        from ...nn.discriminators import FacialComponentDiscriminator
+        from ...nn.gfpgan import GFPGANv1Clean, StyleGAN2GeneratorClean
+        from ...nn.stylegan2_discriminator import Discriminator
 
         res = int((config.get("step2", {}) or {}).get("size", config.get("resolution", cls.resolution)))
         m = dict(config.get("model", {}) or {})
@@ -354,11 +333,11 @@ class IDEudemon(NeuralMethod):
         for roi in ROI_NAMES:
             comps[f"d_{roi}"] = FacialComponentDiscriminator(**(m.get("component_discriminator") or {}))
         if config.get("face_parser"):
-            from ..nn.bisenet import BiSeNet
+            from ...nn.bisenet import BiSeNet
 
             comps["face_parser"] = BiSeNet.from_pretrained(str(resolve_checkpoint(config["face_parser"]))).eval().requires_grad_(False)
         if config.get("backend") == "headnerf":
-            from ..nn.headnerf import HeadNeRF
+            from ...nn.headnerf import HeadNeRF
 
             if not pre.get("headnerf"):
                 raise ValueError("backend 'headnerf' needs pretrained.headnerf (a converted HeadNeRF folder)")
@@ -368,7 +347,7 @@ class IDEudemon(NeuralMethod):
     @classmethod
     def variant_for(cls, config: dict[str, Any]) -> type:
         """:class:`IDEudemonStepOne` for a config with ``step2: {restorer: false}``, else the full method."""
-        return IDEudemonStepOne if not _has_restorer(config) else cls
+        return IDEudemonStepOne if not has_restorer(config) else cls
 
     @classmethod
     def from_config(cls, config: dict[str, Any]) -> "IDEudemon":
@@ -384,8 +363,8 @@ class IDEudemon(NeuralMethod):
 
     def _load_aux(self) -> None:
         """Training-only frozen networks (not saved): VGG-19 for eq. 5, ArcFace r_id for eq. 8."""
-        from ..nn.vgg import VGG19Features, load_vgg19
-        from .ifadit import load_identity_encoder
+        from ...nn.identity_encoder import load_identity_encoder
+        from ...nn.vgg import VGG19Features, load_vgg19
 
         lam = self._lambdas()
         if lam.get("per", 0.0):
@@ -488,11 +467,11 @@ class IDEudemon(NeuralMethod):
         return x, x_l, boxes
 
     def _boxes(self, lms: Any, x: torch.Tensor) -> torch.Tensor:
-        from ..face3d.landmarks import component_boxes
+        from ...face3d.landmarks import component_boxes
 
         r = x.shape[-1]
         if lms is None:  # backend without landmarks: the FFHQ template positions
-            from ..pipeline import ffhq_template
+            from ...alignment import ffhq_template
 
             t = ffhq_template(r)
             boxes = np.tile(
@@ -510,7 +489,7 @@ class IDEudemon(NeuralMethod):
         return torch.as_tensor(boxes, dtype=x.dtype, device=x.device)
 
     def _rois(self, images: torch.Tensor, boxes: torch.Tensor) -> dict[str, torch.Tensor]:
-        from ..nn.discriminators import crop_rois
+        from ...nn.discriminators import crop_rois
 
         r = images.shape[-1]
         n = images.shape[0]
@@ -590,88 +569,6 @@ class IDEudemon(NeuralMethod):
         }
 
 
-class SFacePerceptual(nn.Module):
-    """phi of eq. 5 for the demo (no VGG-19 ImageNet weights offline): the pretrained SFace-torch trunk
-    (:mod:`zoo.nn.sface`) on the SFace-aligned 112 px crop of FFHQ-aligned images; the loss is
-    ``sum_l mean|phi_l(x) - phi_l(y)|`` over the outputs of trunk blocks ``layers`` (default: the last
-    layer at 56, 28, 14 and 7 px)."""
-
-    DEFAULT_LAYERS = (6, 10, 22, 26)
-
-    def __init__(self, layers: Sequence[int] | None = None):
-        super().__init__()
-        from ..nn.sface import load_sface
-
-        self.net = load_sface().eval().requires_grad_(False)
-        self.layers = tuple(int(i) for i in (layers or self.DEFAULT_LAYERS))
-
-    def features(self, x: torch.Tensor) -> list[torch.Tensor]:
-        from ..nn.sface import ffhq_to_sface_theta
-
-        theta = ffhq_to_sface_theta(x.shape[-1]).to(x)
-        grid = F.affine_grid(theta.expand(x.shape[0], 2, 3), [x.shape[0], 3, 112, 112], align_corners=False)
-        h = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False) * (127.5 / 128.0)
-        feats = []
-        for i, layer in enumerate(self.net.trunk):
-            h = layer(h)
-            if i in self.layers:
-                feats.append(h)
-            if i >= max(self.layers):
-                break
-        return feats
-
-    def perceptual_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        fx, fy = self.features(x), self.features(y.detach())
-        return sum(F.l1_loss(a, b) for a, b in zip(fx, fy))  # type: ignore[return-value]
-
-
-def export_restorer(trained: str, out: str, fp16: bool = True, config: dict[str, Any] | None = None, state: str | None = None) -> None:
-    """A trained IDEudemon folder (restorer + discriminators) -> an inference checkpoint in ``out``: the
-    restorer only (the discriminators are training-only), in fp16 by default, plus the spaces and the
-    trained config (or ``config``, e.g. the recipe with inference settings changed). ``state``: the
-    trainer's ``state/model.safetensors``, whose raw (non-EMA) restorer weights replace the model
-    folder's EMA ones (an EMA of decay 0.999 without warmup still holds 0.999^N of the random
-    initialisation after N steps: 55% after 600)."""
-    from safetensors.torch import load_file
-
-    from ..hub import load_components, save_components
-
-    stored, components, extra = load_components(trained, expected_method=IDEudemon.name)
-    config = dict(config) if config is not None else stored
-    keep = {k: v for k, v in components.items() if k in ("restorer", "face_parser", "headnerf")}
-    if state:
-        prefix = "components.restorer."
-        raw = {k[len(prefix) :]: v for k, v in load_file(state).items() if k.startswith(prefix)}
-        keep["restorer"].load_state_dict(raw, strict=True)
-    if fp16:
-        keep["restorer"] = keep["restorer"].half()
-    save_components(out, IDEudemon.name, keep, config, extra)
-
-
-def _has_restorer(config: dict[str, Any]) -> bool:
-    return bool((config.get("step2", {}) or {}).get("restorer", True))
-
-
-STEP_ONE_LABEL = (
-    "demo: Step I only (offline mesh backend: shape + texture spaces learned here from synthetic faces), "
-    "no trained restorer; not the paper's HeadNeRF / GFPGAN weights"
-)
-
-
-RESTORER_LABEL = (
-    "demo: Step I on the offline mesh backend (shape + texture spaces learned here from synthetic faces) + "
-    "a small GFPGAN-style restorer trained here on CPU at 64 px on synthetic faces (losses of eq. 5-9, "
-    "SFace-torch for the identity and perceptual terms); not the paper's HeadNeRF / GFPGAN weights"
-)
-
-
-RESTORER_OFF_LABEL = (
-    "demo: Step I only by default (offline mesh backend: shape + texture spaces learned here from synthetic "
-    "faces); a small GFPGAN-style restorer trained here on CPU (64 px, synthetic faces) ships switched off "
-    "(it raised the head-pose error; method.use_restorer = True runs it); not the paper's HeadNeRF / GFPGAN weights"
-)
-
-
 class IDEudemonStepOne(IDEudemon):
     """IDEudemon without Step II's restorer (config ``step2: {restorer: false}``): Step I (fit, keyed
     noise on the shape + texture identity code, re-render), visual similarity assistance and the
@@ -686,8 +583,8 @@ class IDEudemonStepOne(IDEudemon):
     def build_components(cls, config: dict[str, Any]) -> dict[str, nn.Module]:
         comps: dict[str, nn.Module] = {}
         if config.get("face_parser"):
-            from ..hub import resolve_checkpoint
-            from ..nn.bisenet import BiSeNet
+            from ...hub import resolve_checkpoint
+            from ...nn.bisenet import BiSeNet
 
             comps["face_parser"] = BiSeNet.from_pretrained(str(resolve_checkpoint(config["face_parser"]))).eval().requires_grad_(False)
         return comps

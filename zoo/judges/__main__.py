@@ -1,0 +1,5 @@
+"""``python -m zoo.judges``: see :mod:`zoo.judges.cli`."""
+
+from .cli import main
+
+raise SystemExit(main())

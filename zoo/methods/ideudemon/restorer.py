@@ -1,0 +1,74 @@
+"""Step II's restorer G (GFPGAN-style, Sec. 3.4): the identity-perceptual loss network of eq. 8 and the export
+of a trained restorer into a checkpoint."""
+
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .modules import METHOD_NAME
+
+
+class SFacePerceptual(nn.Module):
+    """phi of eq. 5 for the demo (no VGG-19 ImageNet weights offline): the pretrained SFace-torch trunk
+    (:mod:`zoo.nn.sface`) on the SFace-aligned 112 px crop of FFHQ-aligned images; the loss is
+    ``sum_l mean|phi_l(x) - phi_l(y)|`` over the outputs of trunk blocks ``layers`` (default: the last
+    layer at 56, 28, 14 and 7 px)."""
+
+    DEFAULT_LAYERS = (6, 10, 22, 26)
+
+    def __init__(self, layers: Sequence[int] | None = None):
+        super().__init__()
+        from ...nn.sface import load_sface
+
+        self.net = load_sface().eval().requires_grad_(False)
+        self.layers = tuple(int(i) for i in (layers or self.DEFAULT_LAYERS))
+
+    def features(self, x: torch.Tensor) -> list[torch.Tensor]:
+        from ...nn.sface import ffhq_to_sface_theta
+
+        theta = ffhq_to_sface_theta(x.shape[-1]).to(x)
+        grid = F.affine_grid(theta.expand(x.shape[0], 2, 3), [x.shape[0], 3, 112, 112], align_corners=False)
+        h = F.grid_sample(x, grid, mode="bilinear", padding_mode="border", align_corners=False) * (127.5 / 128.0)
+        feats = []
+        for i, layer in enumerate(self.net.trunk):
+            h = layer(h)
+            if i in self.layers:
+                feats.append(h)
+            if i >= max(self.layers):
+                break
+        return feats
+
+    def perceptual_loss(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+        fx, fy = self.features(x), self.features(y.detach())
+        return sum(F.l1_loss(a, b) for a, b in zip(fx, fy))  # type: ignore[return-value]
+
+
+def export_restorer(trained: str, out: str, fp16: bool = True, config: dict[str, Any] | None = None, state: str | None = None) -> None:
+    """A trained IDEudemon folder (restorer + discriminators) -> an inference checkpoint in ``out``: the
+    restorer only (the discriminators are training-only), in fp16 by default, plus the spaces and the
+    trained config (or ``config``, e.g. the recipe with inference settings changed). ``state``: the
+    trainer's ``state/model.safetensors``, whose raw (non-EMA) restorer weights replace the model
+    folder's EMA ones (an EMA of decay 0.999 without warmup still holds 0.999^N of the random
+    initialisation after N steps: 55% after 600)."""
+    from safetensors.torch import load_file
+
+    from ...hub import load_components, save_components
+
+    stored, components, extra = load_components(trained, expected_method=METHOD_NAME)
+    config = dict(config) if config is not None else stored
+    keep = {k: v for k, v in components.items() if k in ("restorer", "face_parser", "headnerf")}
+    if state:
+        prefix = "components.restorer."
+        raw = {k[len(prefix) :]: v for k, v in load_file(state).items() if k.startswith(prefix)}
+        keep["restorer"].load_state_dict(raw, strict=True)
+    if fp16:
+        keep["restorer"] = keep["restorer"].half()
+    save_components(out, METHOD_NAME, keep, config, extra)
+
+
+def has_restorer(config: dict[str, Any]) -> bool:
+    return bool((config.get("step2", {}) or {}).get("restorer", True))

@@ -1,0 +1,5 @@
+"""``python -m zoo.methods.ifadit convert-official ...``."""
+
+from .convert import main
+
+main()

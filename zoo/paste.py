@@ -1,0 +1,134 @@
+"""Putting an aligned output crop back into the photo (feathered 5-point mask), and the fail-closed blur of a
+face that cannot be processed."""
+
+from __future__ import annotations
+
+import logging
+
+import cv2
+import numpy as np
+
+from .alignment import crop_scale, ffhq_template
+from .detectors import DetectedFace
+
+log = logging.getLogger(__name__)
+
+
+#: face-region shape in an aligned crop, in eye distances: centre = eye_avg + MASK_DOWN * eye_to_mouth,
+#: half-width MASK_AXES[0], half-height MASK_AXES[1], superellipse exponent MASK_POWER (2 = ellipse)
+MASK_AXES = (1.0, 1.35)
+MASK_DOWN = 0.3
+MASK_POWER = 3.0
+
+
+def face_mask(size: int, landmarks_in_crop: np.ndarray | None = None, feather: float = 0.02) -> np.ndarray:
+    """float32 [size, size] in [0, 1]: the face region (brows to chin, cheek to cheek) of an aligned crop.
+
+    A superellipse ``|u/a|^p + |v/b|^p <= 1`` (rounded rectangle, p = :data:`MASK_POWER`) placed from the
+    eye and mouth landmarks (default: :func:`ffhq_template`) so that it roughly fills a face
+    detector's box: centre ``eye_avg + 0.35 * eye_to_mouth``, half-axes 1.05 x 1.4 eye distances,
+    aligned with the eye line. The feathering is inside the shape: the mask ramps smoothly from 1 to 0
+    over ``2.5 * feather * size`` pixels and is exactly 0 outside it.
+    """
+    lm = ffhq_template(size) if landmarks_in_crop is None else np.asarray(landmarks_in_crop, dtype=np.float64).reshape(5, 2)
+    eye_avg = (lm[0] + lm[1]) / 2
+    mouth_avg = (lm[3] + lm[4]) / 2
+    eye_vec = lm[1] - lm[0]
+    eye_dist = max(float(np.hypot(*eye_vec)), 1e-6)
+    centre = eye_avg + MASK_DOWN * (mouth_avg - eye_avg)
+    ux = eye_vec / eye_dist
+    uy = np.array([-ux[1], ux[0]])
+    a, b = MASK_AXES[0] * eye_dist, MASK_AXES[1] * eye_dist
+    yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
+    dx, dy = xx - centre[0], yy - centre[1]
+    u, v = dx * ux[0] + dy * ux[1], dx * uy[0] + dy * uy[1]
+    r = (np.abs(u / a) ** MASK_POWER + np.abs(v / b) ** MASK_POWER) ** (1.0 / MASK_POWER)
+    ramp = max(2.5 * feather * size / min(a, b), 1e-6)
+    t = np.clip((1.0 - r) / ramp, 0.0, 1.0)
+    mask = (t * t * (3 - 2 * t)).astype(np.float32)  # smoothstep
+    border = max(1, int(round(0.01 * size)))
+    mask[:border], mask[-border:], mask[:, :border], mask[:, -border:] = 0, 0, 0, 0
+    return mask
+
+
+def paste_back(
+    canvas: np.ndarray,
+    crop: np.ndarray,
+    matrix: np.ndarray,
+    feather: float = 0.02,
+    mask: np.ndarray | None = None,
+) -> np.ndarray:
+    """Put a processed aligned ``crop`` back into a copy of ``canvas`` (uint8 [H, W, 3]).
+
+    The crop is warped back with the inverse of ``matrix`` (image -> crop) and blended through the
+    warped face mask (``mask`` [S, S] float, default :func:`face_mask` with ``feather``). Pixels where
+    the warped mask is 0 are returned exactly as they were.
+    """
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    size = crop.shape[0]
+    if crop.shape[:2] != (size, size):
+        raise ValueError(f"crop must be square, got {crop.shape}")
+    mask = face_mask(size, feather=feather) if mask is None else np.asarray(mask, dtype=np.float32)
+    inv = cv2.invertAffineTransform(np.asarray(matrix, dtype=np.float64))
+    h, w = out.shape[:2]
+    ys, xs = np.nonzero(mask > 0)
+    if len(xs) == 0:
+        return out
+    pts = np.array([[xs.min(), ys.min(), 1], [xs.max(), ys.min(), 1], [xs.min(), ys.max(), 1], [xs.max(), ys.max(), 1]], np.float64) @ inv.T
+    x0, y0 = np.maximum(np.floor(pts.min(0)).astype(int) - 2, 0)
+    x1, y1 = np.minimum(np.ceil(pts.max(0)).astype(int) + 3, [w, h])
+    if x1 <= x0 or y1 <= y0:
+        return out
+    src, m_src = crop, np.asarray(matrix, dtype=np.float64)
+    k = crop_scale(m_src)
+    if k > 2.0:  # the face is much smaller than the crop: shrink the crop first (area filter)
+        f = int(np.floor(k))
+        small = max(1, size // f)
+        src = cv2.resize(crop, (small, small), interpolation=cv2.INTER_AREA)
+        mask = cv2.resize(mask, (small, small), interpolation=cv2.INTER_AREA)
+        s = size / small
+        from_crop = np.array([[1 / s, 0, 0.5 / s - 0.5], [0, 1 / s, 0.5 / s - 0.5], [0, 0, 1]])
+        m_src = (from_crop @ np.vstack([m_src, [0, 0, 1]]))[:2]
+    inv_src = cv2.invertAffineTransform(m_src)
+    inv_src[:, 2] -= [x0, y0]  # into ROI coordinates
+    roi_size = (int(x1 - x0), int(y1 - y0))
+    warped = cv2.warpAffine(src, inv_src, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    wmask = cv2.warpAffine(mask, inv_src, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
+    region = out[y0:y1, x0:x1]
+    m3 = np.clip(wmask, 0, 1)[:, :, None]
+    blended = np.rint(region.astype(np.float32) * (1 - m3) + warped.astype(np.float32) * m3).astype(np.uint8)
+    out[y0:y1, x0:x1] = np.where(m3 > 0, blended, region)
+    return out
+
+
+# ====================================================================== fail-closed blurring
+def _hard_blur(region: np.ndarray, face_size: float) -> np.ndarray:
+    """Pixelate to ~6 cells across the face, then Gaussian blur with sigma = face_size / 10."""
+    h, w = region.shape[:2]
+    cells = max(1.0, face_size / 6.0)
+    sw, sh = max(1, int(round(w / cells))), max(1, int(round(h / cells)))
+    small = cv2.resize(region, (sw, sh), interpolation=cv2.INTER_AREA)
+    coarse = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+    return cv2.GaussianBlur(coarse, (0, 0), max(1.0, face_size / 10.0), borderType=cv2.BORDER_REPLICATE)
+
+
+def blur_face(canvas: np.ndarray, face: DetectedFace, expand: float = 0.35) -> np.ndarray:
+    """Fail-closed path: a copy of ``canvas`` with the face's box (grown by ``expand`` of its size on every
+    side, and covering all landmarks) hard-blurred so that no identity survives."""
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    h, w = out.shape[:2]
+    lm = np.asarray(face.landmarks, dtype=np.float64).reshape(-1, 2)
+    bx0, by0 = min(face.box[0], lm[:, 0].min()), min(face.box[1], lm[:, 1].min())
+    bx1, by1 = max(face.box[2], lm[:, 0].max()), max(face.box[3], lm[:, 1].max())
+    size = max(bx1 - bx0, by1 - by0, 8.0)
+    x0, y0 = int(max(0, np.floor(bx0 - expand * size))), int(max(0, np.floor(by0 - expand * size)))
+    x1, y1 = int(min(w, np.ceil(bx1 + expand * size))), int(min(h, np.ceil(by1 + expand * size)))
+    if x1 > x0 and y1 > y0:
+        out[y0:y1, x0:x1] = _hard_blur(out[y0:y1, x0:x1], size)
+    return out
+
+
+def blur_hard(rgb: np.ndarray) -> np.ndarray:
+    """Fail-closed path for an aligned crop: the whole image hard-blurred (uint8 [H, W, 3])."""
+    rgb = np.asarray(rgb, dtype=np.uint8)
+    return _hard_blur(rgb, float(max(rgb.shape[:2])) * 0.6)
