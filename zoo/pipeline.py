@@ -8,8 +8,9 @@ batches of aligned crops in [-1, 1]). The steps it calls live in their own modul
 :mod:`zoo.report`. A face that cannot be processed is blurred (fail closed) and every face found is in the report.
 
     from zoo import load
+    from zoo.keys import as_secret
     from zoo.pipeline import DeidPipeline
-    result = DeidPipeline(load("dbaf")).run("anonymize", "photo.jpg", Secret.from_key("k"), aligned=False, controls={})
+    result = DeidPipeline(load("dbaf")).run("anonymize", "photo.jpg", as_secret("k"), aligned=False, controls={})
 
 (``load("dbaf").anonymize("photo.jpg", key="k")`` is the same call.)
 """
