@@ -64,7 +64,7 @@ def _diversity_rgb(
             with m.run_scope():  # one request: the N keys share each face's GAN inversion (dropped after)
                 results = [m.anonymize(rgb, key=k, **controls) for k in keys]
             seconds = time.perf_counter() - t0
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - one method's failure is shown beside the others' results
             method_failed(s.name, err, notes)
             continue
         embs, to_orig = [], []

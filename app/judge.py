@@ -103,7 +103,7 @@ class FaceScores:
             return []
         try:
             embs = self.judge.embed(rgb, self.faces)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - the judge column is optional; its failure is shown, not raised
             log.warning("judge %s failed: %s", self.judge.name, err)
             return [None] * len(self.faces)
         return [self.judge.score(a, b) for a, b in zip(self.original, embs)]

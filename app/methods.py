@@ -99,7 +99,7 @@ def get_method(status: MethodStatus):
         if status.name not in LOADED_METHODS:
             try:
                 LOADED_METHODS[status.name] = zoo.load(status.name, local_dir=status.local_dir) if status.local_dir else zoo.load(status.name)
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - a method that cannot load is reported, the others still run
                 raise MethodFailed(f"{status.name}: could not load ({one_line(f'{type(err).__name__}: {err}')})") from err
         return LOADED_METHODS[status.name]
 

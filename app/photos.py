@@ -39,7 +39,7 @@ def photo_input(**kwargs: Any) -> gr.Image:
             return str(path)
         try:
             return gradio_preprocess(payload)
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - Gradio's decoder raises many types; all mean: not an image
             raise user_error(f"That file is not an image this app can read ({type(err).__name__}).") from None
 
     image.preprocess = preprocess
@@ -62,7 +62,7 @@ def read_photo(path: str | None) -> np.ndarray:
         raise user_error(f"Not a readable image: {say(err)}") from None
     except FileNotFoundError:
         raise user_error("The uploaded file is gone; please upload it again.") from None
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - any other decoding failure is one line to the user
         raise user_error(f"Cannot read this file as an image ({type(err).__name__}).") from None
     return rgb
 
@@ -99,6 +99,6 @@ def example_photos() -> list[str]:
         if not astro.is_file():
             save_png(skdata.astronaut(), folder, "astronaut")
         found.append(str(astro))
-    except Exception as err:  # noqa: BLE001
+    except Exception as err:  # noqa: BLE001 - the example photo is optional
         log.info("no scikit-image example: %s", err)
     return found

@@ -66,7 +66,7 @@ def _roundtrip_rgb(
             right = m.recover(anon_png, key=key, **controls)
             wrong = m.recover(anon_png, key=wrong_key, **controls)
             seconds = time.perf_counter() - t0
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - one method's failure is shown beside the others' results
             method_failed(s.name, err, notes)
             continue
         row_scores = []

@@ -237,11 +237,11 @@ def load_image(src: Any, *, max_pixels: int | None = None, min_side: int | None 
             raise InvalidImageError(f"an animated or multi-page image with {frames} frames; pass its frames one by one")
         try:
             src.load()
-        except Exception as err:  # noqa: BLE001
+        except Exception as err:  # noqa: BLE001 - PIL raises many types for bad data; all mean: not a readable image
             raise InvalidImageError(f"truncated or corrupt image data ({type(err).__name__}: {err})") from None
         try:
             orientation = src.getexif().get(_EXIF_ORIENTATION, 1)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a broken EXIF block only loses the orientation tag
             orientation = 1
         rgb, alpha = _from_pil(src)
         return _orient(rgb, alpha, orientation)

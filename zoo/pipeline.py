@@ -107,7 +107,7 @@ class DeidPipeline:
                 results.append(out[0])
                 latents.append(lat[0] if lat is not None else None)
                 errors.append(None)
-            except Exception as err:  # noqa: BLE001
+            except Exception as err:  # noqa: BLE001 - fail closed: the face is blurred and the reason reported
                 results.append(None)
                 latents.append(None)
                 errors.append(f"{type(err).__name__}: {err}")

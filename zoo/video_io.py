@@ -221,7 +221,7 @@ def _can_encode(av, name: str) -> bool:
     try:
         av.codec.Codec(name, "w")
         return True
-    except Exception:  # noqa: BLE001
+    except Exception:  # noqa: BLE001 - any failure means: this codec cannot encode here
         return False
 
 
