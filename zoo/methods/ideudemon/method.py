@@ -53,6 +53,7 @@ from torch import nn
 
 from ... import losses
 from ...keys import KeyMaterial
+from ...nn.ops import gaussian_blur
 from ...registry import register_method
 from ..base import Control, NeuralMethod
 from .modules import (
@@ -66,7 +67,6 @@ from .modules import (
     SCALE_MAX,
     STEP_ONE_LABEL,
     STYLING_CLASSES,
-    blur_mask,
     dilate_mask,
     hybrid_image,
     id_noise,
@@ -257,7 +257,7 @@ class IDEudemon(NeuralMethod):
             face_p = region_mask(lab_p, FACE_CLASSES).to(x)
         x_l = hybrid_image(x, x_p, face_x, face_p, styling)
         r = x.shape[-1]
-        head = blur_mask(dilate_mask(torch.maximum(face_x, face_p), int(round(self.blend_dilate * r))), self.blend_feather * r).clamp(0, 1)
+        head = gaussian_blur(dilate_mask(torch.maximum(face_x, face_p), int(round(self.blend_dilate * r))), self.blend_feather * r).clamp(0, 1)
         head = head * (1 - styling)
         return x_l, {"face_x": face_x, "face_p": face_p, "styling": styling, "head": head}
 

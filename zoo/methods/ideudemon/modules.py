@@ -40,15 +40,10 @@ def hybrid_image(x: torch.Tensor, x_p: torch.Tensor, face_x: torch.Tensor, face_
 
 
 def dilate_mask(mask: torch.Tensor, radius: int) -> torch.Tensor:
+    """Max-pool dilation of ``[N,1,H,W]`` masks by ``radius`` pixels."""
     if radius <= 0:
         return mask
     return F.max_pool2d(mask, 2 * radius + 1, stride=1, padding=radius)
-
-
-def blur_mask(mask: torch.Tensor, sigma: float) -> torch.Tensor:
-    from ...nn.ops import gaussian_blur
-
-    return gaussian_blur(mask, sigma)
 
 
 STEP_ONE_LABEL = (
