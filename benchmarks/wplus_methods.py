@@ -36,6 +36,7 @@ from benchmarks.reconstruct_real import packaged_faces, rate
 from benchmarks.report import command_line, write_results
 from zoo import load
 from zoo.alignment import ffhq_template
+from zoo.carrier import quantize_code
 from zoo.face3d.landmarks import detect_landmarks68, head_pose
 from zoo.imageio import from_tensor, to_tensor
 from zoo.judges import get_judge
@@ -126,18 +127,22 @@ def main(argv: list[str] | None = None) -> int:
                 keys = m.face_keys(m.run_secret(secret), len(crops))
                 with torch.no_grad():
                     u_anon = m.anonymized_code(m.identity_code(codes), keys)
-                    y = m.decode(m.with_identity(codes, u_anon, keys))
-                outs[label] = (keys, from_tensor(y), u_anon)
-            keys, anon, u_anon = outs["key1"]
+                    w_anon = m.with_identity(codes, u_anon, keys)
+                    y = m.decode(w_anon)
+                # what a lossless save carries (zoo.carrier): u_anon and the anonymized W+ rows in 4-bit steps
+                rows = m.wplus.carried_rows(w_anon).numpy()
+                carried = [{"latent": u.numpy(), "code": quantize_code(r)} for u, r in zip(u_anon, rows)]
+                outs[label] = (keys, from_tensor(y), carried)
+            keys, anon, carried = outs["key1"]
             t_anon = (time.perf_counter() - t0) / (2 * len(crops))
             y = to_tensor(anon)
             t0 = time.perf_counter()
             with torch.no_grad(), m.run_scope():  # the three recoveries share one inversion of each saved face
-                rec_carried = from_tensor(m.recover_faces(y, keys, refine_steps=s["steps"], carried=list(u_anon.numpy())))
+                rec_carried = from_tensor(m.recover_faces(y, keys, refine_steps=s["steps"], carried=carried))
                 t_rec = (time.perf_counter() - t0) / len(crops)
                 rec_pixels = from_tensor(m.recover_faces(y, keys, refine_steps=s["steps"]))
                 wrong = [k.wrong_key() for k in keys]
-                rec_wrong = from_tensor(m.recover_faces(y, wrong, refine_steps=s["steps"], carried=list(u_anon.numpy())))
+                rec_wrong = from_tensor(m.recover_faces(y, wrong, refine_steps=s["steps"], carried=carried))
             row: dict = {"anonymize_s_per_face": round(t_anon, 2), "recover_s_per_face": round(t_rec, 2)}
             for n, j in judges.items():
                 row[f"anonymized_same_{n}"] = _rate(j.same_person(j.embed_aligned(anon), emb[n]))

@@ -1,6 +1,7 @@
 """The latent carrier (zoo.carrier) and recovery from the saved image through the photo pipeline."""
 
 import io
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -41,18 +42,54 @@ def test_block_round_trip_and_bounds():
     np.testing.assert_allclose(moved.landmarks, c.landmarks - np.array([11, 7]))
 
 
-def test_small_faces_edges_and_overlaps_carry_nothing():
+def test_small_faces_carry_nothing_and_blocks_never_overlap():
     rng = np.random.default_rng(1)
     img = rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)
     before = img.copy()
     c = _block(rng)
     assert not carrier.embed(img, c, (100, 100), carrier.MIN_FACE - 1)  # face too small
-    assert not carrier.embed(img, c, (3, 100), 100)  # block would leave the image
+    assert (img == before).all()
     taken = []
-    assert carrier.embed(img, c, (100, 100), 100, taken)
-    assert not carrier.embed(img, c, (104, 105), 100, taken)  # would overwrite the first block
-    assert len(taken) == 1 and len(carrier.extract_all(img)) == 1
-    assert (img != before).any(-1).sum() <= carrier.BLOCK_ROWS * carrier.BLOCK_WIDTH
+    assert carrier.embed(img, c, (3, 100), 100, taken)  # at the image's edge: moved inside
+    assert taken[0][0] == 0
+    assert carrier.embed(img, replace(c, index=4), (6, 105), 100, taken)  # on top of the first: moved beside it
+    (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = taken
+    assert ax1 <= bx0 or bx1 <= ax0 or ay1 <= by0 or by1 <= ay0
+    assert sorted(f.index for f in carrier.extract_all(img)) == [3, 4]
+    assert (img != before).any(-1).sum() <= 2 * carrier.BLOCK_ROWS * carrier.BLOCK_WIDTH
+
+
+def test_a_code_rides_in_4_bit_steps_beside_the_head():
+    rng = np.random.default_rng(3)
+    code = rng.normal(0.0, 0.3, size=(20, 512)).astype(np.float32)
+    c = replace(_block(rng), code=code)
+    width, height = carrier.block_size(code.shape)
+    assert width * height < 90 * 90
+    img = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
+    before = img.copy()
+    taken = []
+    assert carrier.embed(img, c, (155, 160), 110, taken)
+    ((x0, y0, x1, y1),) = taken
+    assert (x1 - x0, y1 - y0) == (width, height) and abs(x0 + width / 2 - 155) <= 1 and abs(y0 + height / 2 - 160) <= 1
+    assert np.abs(img.astype(int) - before).max() <= 3
+    (found,) = carrier.extract_all(img)
+    step = carrier.CODE_SIGMAS * code.std(1, keepdims=True) / 7
+    err = np.abs(found.code - code)
+    inside = np.abs(code - code.mean(1, keepdims=True)) < carrier.CODE_SIGMAS * code.std(1, keepdims=True)
+    assert (err[inside] <= 0.51 * np.broadcast_to(step, code.shape)[inside] + 1e-3).all()
+    np.testing.assert_allclose(found.latent, c.latent, atol=2e-3)
+    assert set(found.values()) == {"latent", "code"}
+    # one changed low bit in the code: the head still reads, the code does not
+    hit = img.copy()
+    hit[y0 + height - 1, x0 + 2, 1] ^= 1
+    (head_only,) = carrier.extract_all(hit)
+    assert head_only.code is None and head_only.index == c.index and not head_only.complete
+    assert found.complete and found.code_shape == (20, 512)
+    # an image too small for the code: the head rides alone, and embed says the code did not
+    small = rng.integers(0, 256, (60, 60, 3), dtype=np.uint8)
+    assert not carrier.embed(small, c, (30, 30), 50)
+    (alone,) = carrier.extract_all(small)
+    assert alone.code is None and alone.index == c.index and alone.code_shape == (20, 512) and not alone.complete
 
 
 def test_damaged_blocks_are_ignored():

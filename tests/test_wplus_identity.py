@@ -130,11 +130,16 @@ def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(person
     with torch.no_grad():
         x = g.generate(torch.randn(1, STYLE_DIM, generator=torch.Generator().manual_seed(9)), 0.7, size=256).clamp(-1, 1)
         keys = m.face_keys(m.run_secret("k"), 1)
-        y, u_anon = m.anonymize_faces_carrying(x, keys, refine_steps=0)
-        rec = m.recover_faces(y, keys, refine_steps=0, carried=[u_anon[0].numpy()])
-    assert y.shape == x.shape == rec.shape and u_anon.shape == (1, 100)
-    assert torch.isfinite(y).all() and torch.isfinite(rec).all()
+        y, carried = m.anonymize_faces_carrying(x, keys, refine_steps=0)
+        u_anon, rows = carried["latent"], carried["code"]
+        rec_latent = m.recover_faces(y, keys, refine_steps=0, carried=[u_anon[0].numpy()])
+        rec = m.recover_faces(y, keys, refine_steps=0, carried=[{"latent": u_anon[0].numpy(), "code": rows[0].numpy()}])
+        recon = m.reconstruct_faces(x, refine_steps=0)
+    assert y.shape == x.shape == rec.shape == rec_latent.shape and u_anon.shape == (1, 100) and rows.shape == (1, 20, 512)
+    assert torch.isfinite(y).all() and torch.isfinite(rec).all() and torch.isfinite(rec_latent).all()
     assert (y - x).abs().mean() > 0.02  # a different face
+    # with the carried W+ rows, recovery is the reconstruction itself (no re-inversion of y)
+    assert (rec - recon).abs().amax() < 1e-3 < (y - recon).abs().mean()
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])
@@ -152,7 +157,10 @@ def test_shipped_reversible_methods_default_to_wplus(name, monkeypatch):
 @pytest.mark.slow
 def test_default_wplus_anonymizes_a_real_photo_and_recovers_it(astronaut_rgb, monkeypatch):
     """The default path end to end on a real portrait: the face is replaced or, where the guard still finds the
-    person, blurred (never returned untouched); the report lists it; the right key's recovery runs."""
+    person, blurred (never returned untouched); the report lists it; the right key's recovery from the saved PNG
+    starts from the carried code and gives the person back (SFace), a wrong key does not."""
+    import io
+
     import numpy as np
 
     from zoo import load
@@ -168,5 +176,20 @@ def test_default_wplus_anonymizes_a_real_photo_and_recovers_it(astronaut_rgb, mo
     x0, y0, x1, y1 = (int(round(v)) for v in face["box"])
     out = np.asarray(result)
     assert np.abs(out[y0:y1, x0:x1].astype(int) - astronaut_rgb[y0:y1, x0:x1]).mean() > 5
-    rec = np.asarray(m.recover(out, key="a key"))
+    buf = io.BytesIO()
+    result.image.save(buf, format="PNG")
+    recovered = m.recover(buf.getvalue(), key="a key")
+    rec = np.asarray(recovered)
     assert rec.shape == astronaut_rgb.shape
+    if face["latent_carried"]:
+        from zoo.detectors import DetectedFace
+        from zoo.judges import get_judge
+
+        assert recovered.report()["faces"][0]["latent_carried"]
+        wrong = np.asarray(m.recover(buf.getvalue(), key="another key"))
+        sface = get_judge("sface")
+        place = [DetectedFace(np.array(face["box"]), np.array(face["landmarks"]), 1.0, "report")]
+        original = sface.embed_photo_faces(astronaut_rgb, place)
+        line = sface.distance_threshold  # SFace's published line (cosine 0.363)
+        assert sface.distance(original, sface.embed_photo_faces(rec, place))[0] < line
+        assert sface.distance(original, sface.embed_photo_faces(wrong, place))[0] > line

@@ -1,27 +1,34 @@
-"""The latent carrier: a demo-tier method's anonymized latent code, written into the low bits of its own
-anonymized face so that recovery from the saved lossless image starts from the exact code.
+"""The latent carrier: a reversible method's anonymized code, written into the low bits of its own anonymized
+photo so that recovery from the saved lossless image starts from the exact code instead of a re-inversion.
 
-Why: the demo backbone (a 64 px DCGAN) is not identifiable from its images: re-encoding an anonymized
-face finds *another* latent code that draws the same picture (cosine 0.59 to the true one after 20
-refinement steps, ``benchmarks/results/inversion_cpu.md``), and a keyed inverse applied to that code
-recovers somebody else. The anonymized code ``z_anon`` is what the paper's encoder would estimate on a
-backbone that is identifiable (StyleGAN2 + e4e), so carrying it beside the face is the engineering
-stand-in for that estimate. It holds nothing the anonymized face does not already show: without the
-key, ``z_anon`` draws the anonymized face and nothing else (the keyed transform is what maps it back).
+Why: a GAN inversion is not unique. Re-inverting an anonymized face finds *another* code that draws nearly the
+same picture, and the keyed inverse applied to that code gives somebody else (on the FFHQ-grade W+ backbone the
+key rotates what the identity slots hold besides the identity code, and that rotation does not survive a
+re-inversion: right-key recovery of real faces 0-2 of 7 from the pixels, 7 of 7 from the carried code,
+``benchmarks/results/carrier_recovery.md``). The carried code holds nothing the anonymized face does not
+already show: it is the code the anonymized face was drawn from (what a perfect inversion of the saved face
+would return); without the key it draws that face and nothing else.
 
-Format: one block per face, 16 px wide and :data:`BLOCK_ROWS` rows high, centred on the face, in the
-two least significant bits of R, G and B (each pixel value changes by at most 3 of 255). Its bytes::
+A face's block is a rectangle of pixels, anywhere in the image that no other block uses (as close to the face
+as it fits), in the two least significant bits of R, G and B (each pixel value changes by at most 3 of 255).
+Its top-left :data:`BLOCK_WIDTH` x :data:`BLOCK_ROWS` pixels hold the head::
 
     magic b"ZoOL" | version u8 | method tag u16 | face index u16 | block origin x, y u32
-    | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | z_anon n x float16
-    | guard variant u8 | crc32
+    | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | latent n x float16
+    | guard variant u8 | block width, height u16 | code rows, cols u16 | code crc32 | crc32
 
-The guard variant (version 2) is which of the method's key variants the privacy guard chose for the face
-(:mod:`zoo.guard`; 0 = the plain key); version-1 blocks read as variant 0.
+and the rest of the rectangle, row by row, the code (version 3, when rows > 0): per row a float16 centre and
+scale, then every value as a 4-bit step of scale (``(q - 8) * scale``, q in 1..15: +-7 steps cover
+:data:`CODE_SIGMAS` standard deviations of the row). ``latent`` is the method's identity code (<= 100 values);
+``code`` a larger array the method needs exactly (the W+ methods: the anonymized W+ rows the 256 px face is
+drawn from, 19 x 512, about 4.9 kB: an 84 x 84 px block; its 4-bit rounding changes the recovered face by
+about 42 dB PSNR). The guard variant (version 2) is which of the method's key variants the privacy guard chose
+for the face (:mod:`zoo.guard`; 0 = the plain key); version-1 blocks read as variant 0.
 
-The block survives a lossless save (PNG, WebP lossless, a numpy array); a lossy save (JPEG), a resize
-or an edit of the face destroys it, and recovery then re-encodes the face from its pixels (reported per
-face as ``latent_carried: false``). Faces smaller than :data:`MIN_FACE` px carry no block.
+The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
+save (JPEG), a resize or an edit destroys it, and recovery then re-encodes the face from its pixels (reported
+per face as ``latent_carried: false``). Faces smaller than :data:`MIN_FACE` px carry no block; a code that finds
+no free place in the image rides without its ``code`` (the head alone, ``latent_carried: false``).
 """
 
 from __future__ import annotations
@@ -32,17 +39,32 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-__all__ = ["CarriedLatent", "embed", "extract_all", "method_tag", "BLOCK_WIDTH", "BLOCK_ROWS", "MIN_FACE"]
+__all__ = [
+    "CarriedLatent",
+    "embed",
+    "extract_all",
+    "method_tag",
+    "block_size",
+    "quantize_code",
+    "BLOCK_WIDTH",
+    "BLOCK_ROWS",
+    "MIN_FACE",
+    "CODE_SIGMAS",
+]
 
 MAGIC = b"ZoOL"
-VERSION = 2
-_READABLE_VERSIONS = (1, 2)
+VERSION = 3
+_READABLE_VERSIONS = (1, 2, 3)
 BLOCK_WIDTH = 16
-MAX_LATENT = 100  # the demo backbone's latent size
+MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
+_CODE_HEAD = struct.Struct("<HHHHI")  # version 3: block width, height, code rows, cols, code crc32
 _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
-BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
+BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
 MIN_FACE = int(np.ceil(1.6 * max(BLOCK_WIDTH, BLOCK_ROWS)))
+#: a code row's 4-bit steps span +-CODE_SIGMAS of its standard deviations (values beyond are clipped)
+CODE_SIGMAS = 4.0
+_CODE_LEVELS = 7  # q - 8 in -7..7
 
 
 def method_tag(name: str) -> int:
@@ -50,11 +72,53 @@ def method_tag(name: str) -> int:
     return zlib.crc32(name.encode("utf-8")) & 0xFFFF
 
 
+def _code_bytes(code: np.ndarray) -> bytes:
+    """float ``[rows, cols]`` -> per row (centre, scale) float16, then 4-bit steps, two per byte."""
+    code = np.asarray(code, dtype=np.float64)
+    centre = code.mean(1, keepdims=True).astype(np.float16).astype(np.float64)
+    spread = np.maximum(code.std(1, keepdims=True), 1e-6)
+    scale = (CODE_SIGMAS * spread / _CODE_LEVELS).astype(np.float16).astype(np.float64)
+    q = np.clip(np.round((code - centre) / scale), -_CODE_LEVELS, _CODE_LEVELS).astype(np.int64) + 8
+    flat = q.reshape(-1)
+    if flat.size % 2:
+        flat = np.concatenate([flat, [8]])
+    nibbles = (flat[0::2] << 4 | flat[1::2]).astype(np.uint8)
+    return np.concatenate([centre, scale], 1).astype(np.float16).tobytes() + nibbles.tobytes()
+
+
+def _code_from_bytes(data: bytes, rows: int, cols: int) -> np.ndarray:
+    head = np.frombuffer(data[: 4 * rows], dtype=np.float16).astype(np.float32).reshape(rows, 2)
+    packed = np.frombuffer(data[4 * rows :], dtype=np.uint8)
+    q = np.stack([packed >> 4, packed & 15], 1).reshape(-1)[: rows * cols].astype(np.float32) - 8
+    return head[:, :1] + q.reshape(rows, cols) * head[:, 1:]
+
+
+def quantize_code(code: np.ndarray) -> np.ndarray:
+    """float ``[rows, cols]`` -> the same code as a block gives it back (4-bit steps, module docstring)."""
+    code = np.asarray(code, dtype=np.float32)
+    return _code_from_bytes(_code_bytes(code), *code.shape)
+
+
+def _code_size(rows: int, cols: int) -> int:
+    return 4 * rows + (rows * cols + 1) // 2
+
+
+def block_size(code_shape: tuple[int, int] | None) -> tuple[int, int]:
+    """(width, height) in pixels of a block carrying a code of ``code_shape`` (None: the head alone)."""
+    if code_shape is None:
+        return BLOCK_WIDTH, BLOCK_ROWS
+    bits = (_code_size(*code_shape) + 4) * 8
+    pixels = -(-bits // _BITS_PER_PIXEL) + BLOCK_WIDTH * BLOCK_ROWS
+    width = max(BLOCK_WIDTH, int(np.ceil(np.sqrt(pixels))))
+    return width, max(BLOCK_ROWS, -(-pixels // width))
+
+
 @dataclass
 class CarriedLatent:
     """One face's carried code. ``box`` [4] and ``landmarks`` [5,2] are image pixels at embedding time
-    (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]``;
-    ``variant``: the privacy guard's key variant for this face (0-255, 0 = the plain key)."""
+    (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]`` (n <= 100);
+    ``code`` float32 ``[rows, cols]`` or None (module docstring); ``variant``: the privacy guard's key variant
+    for this face (0-255, 0 = the plain key)."""
 
     tag: int
     index: int
@@ -63,17 +127,45 @@ class CarriedLatent:
     latent: np.ndarray
     origin: tuple[int, int] = (0, 0)
     variant: int = 0
+    code: np.ndarray | None = None
+    #: (rows, cols) of the code the method meant to carry, also when it could not ride or was damaged
+    code_shape: tuple[int, int] | None = None
 
-    def to_bytes(self) -> bytes:
+    @property
+    def complete(self) -> bool:
+        """Everything the method meant to carry came back (no code was meant, or the code is intact)."""
+        return self.code is not None or not self.code_shape
+
+    def values(self) -> dict[str, np.ndarray]:
+        """What the method gets back (``recover_faces(carried=...)``): {"latent": [n], "code": [rows, cols]} (no
+        "code" when none rode)."""
+        out = {"latent": np.asarray(self.latent, np.float32)}
+        if self.code is not None:
+            out["code"] = np.asarray(self.code, np.float32)
+        return out
+
+    def to_bytes(self, size: tuple[int, int] | None = None) -> tuple[bytes, bytes]:
+        """(head bytes, code bytes + crc32 or b""); ``size``: the block's (width, height), default :func:`block_size`."""
         lat = np.asarray(self.latent, dtype=np.float16).reshape(-1)
         if lat.size > MAX_LATENT:
             raise ValueError(f"a carried latent holds at most {MAX_LATENT} values, got {lat.size}")
-        geo = np.concatenate([np.asarray(self.box, np.float32).reshape(4), np.asarray(self.landmarks, np.float32).reshape(10)])
-        head = _HEAD.pack(MAGIC, VERSION, self.tag, self.index, self.origin[0], self.origin[1], *geo.tolist(), lat.size)
         if not 0 <= int(self.variant) <= 255:
             raise ValueError(f"a guard variant is 0-255, got {self.variant}")
+        rows, cols = self.code_shape or (0, 0)
+        payload = b""
+        if self.code is not None:
+            code = np.asarray(self.code, dtype=np.float32)
+            if code.ndim != 2 or not 0 < code.shape[0] < 2**16 or not 0 < code.shape[1] < 2**16 or not np.isfinite(code).all():
+                raise ValueError(f"a carried code is a finite [rows, cols] array, got shape {code.shape}")
+            rows, cols = code.shape
+            payload = _code_bytes(code)
+            payload += struct.pack("<I", zlib.crc32(payload))
+        width, height = size or block_size((rows, cols) if payload else None)
+        geo = np.concatenate([np.asarray(self.box, np.float32).reshape(4), np.asarray(self.landmarks, np.float32).reshape(10)])
+        head = _HEAD.pack(MAGIC, VERSION, self.tag, self.index, self.origin[0], self.origin[1], *geo.tolist(), lat.size)
         body = head + lat.tobytes() + bytes([int(self.variant)])
-        return body + struct.pack("<I", zlib.crc32(body))
+        body += _CODE_HEAD.pack(width, height, rows, cols, zlib.crc32(payload[:-4]) if payload else 0)
+        return body + struct.pack("<I", zlib.crc32(body)), payload
 
     def shifted(self, dx: float, dy: float) -> "CarriedLatent":
         """The same face in an image cropped or padded since embedding (block found at origin + (dx, dy))."""
@@ -81,12 +173,13 @@ class CarriedLatent:
         return replace(self, box=self.box + np.tile(off, 2), landmarks=self.landmarks + off, origin=(self.origin[0] + int(dx), self.origin[1] + int(dy)))
 
 
-def _symbols(data: bytes) -> np.ndarray:
-    """bytes -> 2-bit symbols, most significant first, padded to whole block pixels."""
+def _symbols(data: bytes, pixels: int = BLOCK_ROWS * BLOCK_WIDTH) -> np.ndarray:
+    """bytes -> 2-bit symbols, most significant first, padded to ``pixels`` x 3."""
     bits = np.unpackbits(np.frombuffer(data, dtype=np.uint8))
     sym = bits[0::2] * 2 + bits[1::2]
-    total = BLOCK_ROWS * BLOCK_WIDTH * 3
-    return np.concatenate([sym, np.zeros(total - sym.size, dtype=np.uint8)])
+    if sym.size > 3 * pixels:
+        raise ValueError(f"{len(data)} bytes do not fit {pixels} pixels")
+    return np.concatenate([sym, np.zeros(3 * pixels - sym.size, dtype=np.uint8)])
 
 
 def _bytes(symbols: np.ndarray) -> bytes:
@@ -97,34 +190,66 @@ def _bytes(symbols: np.ndarray) -> bytes:
 _MAGIC_SYMBOLS = _symbols(MAGIC)[:15].reshape(5, 3)  # the first five pixels of every block
 
 
-def embed(rgb: np.ndarray, carried: CarriedLatent, center: tuple[float, float], face_size: float, taken: list | None = None) -> bool:
-    """Write ``carried`` into uint8 ``rgb`` [H,W,3] (in place), centred at ``center`` (x, y).
+def _code_mask(width: int, height: int) -> np.ndarray:
+    """The pixels of a ``width`` x ``height`` block that hold the code: all but the head's corner."""
+    mask = np.ones((height, width), dtype=bool)
+    mask[:BLOCK_ROWS, :BLOCK_WIDTH] = False
+    return mask
 
-    Returns False (and writes nothing) when the face is smaller than :data:`MIN_FACE`, the block would
-    leave the image, or it would overlap a block listed in ``taken`` (origins of blocks already written;
-    the new one is appended).
+
+def _free_origin(shape: tuple[int, ...], center: tuple[float, float], width: int, height: int, taken: list) -> tuple[int, int] | None:
+    """The block origin (x0, y0) nearest to a block centred at ``center`` that stays in the image and overlaps no
+    rectangle (x0, y0, x1, y1) in ``taken``; None when there is none."""
+    h, w = shape[:2]
+    if width > w or height > h:
+        return None
+    cx, cy = int(round(center[0] - width / 2)), int(round(center[1] - height / 2))
+    xs = np.unique(np.clip(np.concatenate([np.arange(0, w - width + 1, 4), [cx, w - width]]), 0, w - width))
+    ys = np.unique(np.clip(np.concatenate([np.arange(0, h - height + 1, 4), [cy, h - height]]), 0, h - height))
+    gx, gy = np.meshgrid(xs, ys)
+    ok = np.ones(gx.shape, dtype=bool)
+    for tx0, ty0, tx1, ty1 in taken:
+        ok &= (gx + width <= tx0) | (gx >= tx1) | (gy + height <= ty0) | (gy >= ty1)
+    if not ok.any():
+        return None
+    dist = np.where(ok, (gx - cx) ** 2 + (gy - cy) ** 2, np.iinfo(np.int64).max)
+    i = np.unravel_index(int(np.argmin(dist)), dist.shape)
+    return int(gx[i]), int(gy[i])
+
+
+def embed(rgb: np.ndarray, carried: CarriedLatent, center: tuple[float, float], face_size: float, taken: list | None = None) -> bool:
+    """Write ``carried`` into uint8 ``rgb`` [H,W,3] (in place), as close to ``center`` (x, y) as it fits.
+
+    ``taken``: rectangles (x0, y0, x1, y1) of blocks already written (the new one is appended). Returns True when
+    everything ``carried`` holds was written; False when the face is smaller than :data:`MIN_FACE` or no place is
+    free (nothing written), or when its ``code`` found no place and the head rode alone.
     """
-    h, w = rgb.shape[:2]
-    x0, y0 = int(round(center[0] - BLOCK_WIDTH / 2)), int(round(center[1] - BLOCK_ROWS / 2))
-    if face_size < MIN_FACE or x0 < 0 or y0 < 0 or x0 + BLOCK_WIDTH > w or y0 + BLOCK_ROWS > h:
+    taken = taken if taken is not None else []
+    if face_size < MIN_FACE:
         return False
-    for tx, ty in taken or []:
-        if abs(tx - x0) < BLOCK_WIDTH and abs(ty - y0) < BLOCK_ROWS:
-            return False
-    carried = replace(carried, origin=(x0, y0))
-    sym = _symbols(carried.to_bytes()).reshape(BLOCK_ROWS, BLOCK_WIDTH, 3)
-    region = rgb[y0 : y0 + BLOCK_ROWS, x0 : x0 + BLOCK_WIDTH]
-    region[...] = (region & np.uint8(0xFC)) | sym
-    if taken is not None:
-        taken.append((x0, y0))
-    return True
+    tries = [carried]
+    if carried.code is not None:  # if the code finds no place: the head alone, saying which code it lacks
+        tries.append(replace(carried, code=None, code_shape=tuple(np.asarray(carried.code).shape)))
+    for block in tries:
+        width, height = block_size(None if block.code is None else np.asarray(block.code).shape)
+        spot = _free_origin(rgb.shape, center, width, height, taken)
+        if spot is None:
+            continue
+        x0, y0 = spot
+        head, payload = replace(block, origin=(x0, y0)).to_bytes((width, height))
+        region = rgb[y0 : y0 + height, x0 : x0 + width]
+        corner = region[:BLOCK_ROWS, :BLOCK_WIDTH]
+        corner[...] = (corner & np.uint8(0xFC)) | _symbols(head).reshape(BLOCK_ROWS, BLOCK_WIDTH, 3)
+        if payload:
+            mask = _code_mask(width, height)
+            region[mask] = (region[mask] & np.uint8(0xFC)) | _symbols(payload, int(mask.sum())).reshape(-1, 3)
+        taken.append((x0, y0, x0 + width, y0 + height))
+        return block is carried
+    return False
 
 
 def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
-    block = low[y0 : y0 + BLOCK_ROWS, x0 : x0 + BLOCK_WIDTH]
-    if block.shape[:2] != (BLOCK_ROWS, BLOCK_WIDTH):
-        return None
-    data = _bytes(block.reshape(-1))
+    data = _bytes(low[y0 : y0 + BLOCK_ROWS, x0 : x0 + BLOCK_WIDTH].reshape(-1))
     try:
         fields = _HEAD.unpack_from(data)
     except struct.error:
@@ -133,13 +258,23 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
     if magic != MAGIC or version not in _READABLE_VERSIONS or n > MAX_LATENT:
         return None
     lat_end = _HEAD.size + 2 * n
-    end = lat_end + (1 if version >= 2 else 0)
+    end = lat_end + (1 if version >= 2 else 0) + (_CODE_HEAD.size if version >= 3 else 0)
     if end + 4 > len(data) or struct.unpack_from("<I", data, end)[0] != zlib.crc32(data[:end]):
         return None
     latent = np.frombuffer(data[_HEAD.size : lat_end], dtype=np.float16).astype(np.float32)
     variant = data[lat_end] if version >= 2 else 0
+    code, code_shape = None, None
+    if version >= 3:
+        width, height, rows, cols, code_crc = _CODE_HEAD.unpack_from(data, lat_end + 1)
+        code_shape = (rows, cols) if rows else None
+        region = low[y0 : y0 + height, x0 : x0 + width]
+        if rows and region.shape[:2] == (height, width):
+            size = _code_size(rows, cols)
+            payload = _bytes(region[_code_mask(width, height)].reshape(-1))
+            if len(payload) >= size + 4 and zlib.crc32(payload[:size]) == code_crc == struct.unpack_from("<I", payload, size)[0]:
+                code = _code_from_bytes(payload[:size], rows, cols)
     place = np.asarray(geo, dtype=np.float32)
-    found = CarriedLatent(tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant))
+    found = CarriedLatent(tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant), code, code_shape)
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 
 
@@ -150,7 +285,7 @@ def extract_all(rgb: np.ndarray, tag: int | None = None) -> list[CarriedLatent]:
         return []
     low = rgb[..., :3] & np.uint8(3)
     h, w = low.shape[:2]
-    if h < BLOCK_ROWS or w < BLOCK_WIDTH:
+    if h < 2 or w < BLOCK_WIDTH:
         return []
     hit = np.ones((h, w - 4), dtype=bool)
     for k in range(5):  # candidate origins: the five magic pixels in a row

@@ -48,20 +48,23 @@ class DeidPipeline:
     def _process_batch(self, operation: str, crops: np.ndarray, keys: list[KeyMaterial], controls: dict, carried: list | None = None):
         """uint8 [N,R,R,3] -> (uint8 [N,R,R,3], latents) through the tensor functions, in chunks of max_batch.
 
-        ``latents`` is a float32 ``[N, d]`` array of the anonymized codes for a method that carries them
-        (:attr:`carries_latent`, anonymize only), else None. ``carried`` (recover only): one carried code
-        (float32 ``[d]``) or None per face, passed on to :meth:`recover_faces`.
+        ``latents``: for a method that carries its codes (:attr:`carries_latent`, anonymize only), one dict per face
+        of float32 arrays, {"latent": ``[d]``} and optionally {"code": ``[rows, cols]``} (what :mod:`zoo.carrier`
+        writes), else None. ``carried`` (recover only): per face such a dict, a bare latent or None, passed on to
+        :meth:`recover_faces`.
         """
         from .imageio import from_tensor, to_tensor
 
-        outs, latents = [], []
+        outs: list[np.ndarray] = []
+        latents: list[dict[str, np.ndarray]] = []
         with torch.inference_mode():
             for s in range(0, len(crops), self.method.max_batch):
                 x = to_tensor(crops[s : s + self.method.max_batch], self.method.resolution).to(self.method.device, self.method.dtype)
                 k = keys[s : s + self.method.max_batch]
                 if operation == "anonymize" and self.method.carries_latent:
-                    y, z = self.method.anonymize_faces_carrying(x, k, **controls)
-                    latents.append(z.float().cpu().numpy())
+                    y, carried_out = self.method.anonymize_faces_carrying(x, k, **controls)
+                    arrays = {name: v.float().cpu().numpy() for name, v in carried_out.items()}
+                    latents.extend({name: a[i] for name, a in arrays.items()} for i in range(x.shape[0]))
                 elif operation == "anonymize":
                     y = self.method.anonymize_faces(x, k, **controls)
                 elif operation == "recover" and self.method.carries_latent:
@@ -76,7 +79,7 @@ class DeidPipeline:
                 if not torch.isfinite(y).all():
                     raise FloatingPointError(f"{self.method.name} produced non-finite values")
                 outs.append(from_tensor(y.float().cpu()))
-        return np.concatenate(outs, axis=0), (np.concatenate(latents) if latents else None)
+        return np.concatenate(outs, axis=0), (latents if latents else None)
 
     def keys_for(self, operation: str, secret: Secret | None, indices: Sequence[int]) -> list:
         """One key per face, face ``indices[j]`` keyed by its index (a carried face keeps the index it had
@@ -223,13 +226,20 @@ class DeidPipeline:
                 if carries and operation == "anonymize":  # after every paste, so no face covers another's block
                     taken: list = []
                     for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
+                        flags[j] = False
                         if out is not None and lat is not None:
                             block = carrier.CarriedLatent(
-                                tag, fr_indices[j], face.box.astype(np.float32), face.landmarks.astype(np.float32), lat, variant=variants[j]
+                                tag,
+                                fr_indices[j],
+                                face.box.astype(np.float32),
+                                face.landmarks.astype(np.float32),
+                                lat["latent"],
+                                variant=variants[j],
+                                code=lat.get("code"),
                             )
                             flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
                 elif carries:
-                    flags = [c is not None for c in fr_carried]
+                    flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
                 for j, (face, err) in enumerate(zip(fr_faces, errors)):
                     status = "processed" if err is None else "fallback_blur"
                     if err is None and checks[j] is not None and checks[j].blurred:
@@ -257,7 +267,7 @@ class DeidPipeline:
         from .carrier import CarriedLatent
 
         n = len(crops)
-        codes = [c.latent if isinstance(c, CarriedLatent) else c for c in carried]
+        codes = [c.values() if isinstance(c, CarriedLatent) else c for c in carried]
         variants = [c.variant if isinstance(c, CarriedLatent) and operation == "recover" else 0 for c in carried]
         keys = self.keys_for(operation, secret, key_indices)
         outs: list = [None] * n
@@ -375,11 +385,15 @@ class DeidPipeline:
                     out_rgb = paste.blur_hard(rgb)
                 else:
                     out_rgb = imageio.resize_to(paste.blur_hard(out) if blurred else out, (h, w))
-                    if carries and operation == "anonymize":
-                        block = carrier.CarriedLatent(tag, i, np.array([0, 0, w, h], np.float32), np.zeros((5, 2), np.float32), lat, variant=variants[i])
+                    if carries and operation == "anonymize" and lat is None:  # the guard kept this face's code out
+                        flag = False
+                    elif carries and operation == "anonymize":
+                        block = carrier.CarriedLatent(
+                            tag, i, np.array([0, 0, w, h], np.float32), np.zeros((5, 2), np.float32), lat["latent"], variant=variants[i], code=lat.get("code")
+                        )
                         flag = carrier.embed(out_rgb, block, (w / 2, h / 2), min(w, h))
                     elif carries:
-                        flag = carried[i] is not None
+                        flag = carried[i] is not None and carried[i].complete
                 status = "fallback_blur" if err is not None else ("guard_blur" if blurred else "processed")
                 rec = FaceRecord(
                     indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None

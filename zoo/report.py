@@ -26,7 +26,7 @@ class FaceRecord:
     status: str = "processed"  # "processed" | "fallback_blur" (the method failed) | "guard_blur" (zoo.guard)
     error: str | None = None
     key_fingerprint: str | None = None
-    latent_carried: bool | None = None  # demo tier: the anonymized code rode in the image (zoo.carrier)
+    latent_carried: bool | None = None  # reversible methods: the whole anonymized code rode in the image (zoo.carrier)
     guard: dict | None = None  # privacy guard (zoo.guard): SFace and FaceRes distances, key variant kept, blurred or not
     action: str | None = None  # what was done to the face in photo pixels (methods with anonymize_in_photo)
     composite: dict | None = None  # how the new face was put into the photo (zoo.compositing): mask, colour, sharpness, blend

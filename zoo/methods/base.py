@@ -76,7 +76,7 @@ class DeidMethod:
     paper: ClassVar[str] = ""
     reversible: ClassVar[bool] = False
     uses_key: ClassVar[bool] = True
-    #: demo tier: anonymize writes each face's anonymized latent into its pixels (:mod:`zoo.carrier`) and
+    #: anonymize writes each face's anonymized code into the photo's low bits (:mod:`zoo.carrier`) and
     #: recover starts from it when it is intact (``anonymize_faces_carrying``, ``recover_faces(carried=)``)
     carries_latent: ClassVar[bool] = False
     controls: ClassVar[tuple[Control, ...]] = ()
@@ -111,9 +111,9 @@ class DeidMethod:
         """Inverse of :meth:`anonymize_faces` with the same keys (reversible methods only)."""
         raise NotImplementedError(f"{self.name} is not reversible")
 
-    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        """As :meth:`anonymize_faces`, also returning the anonymized latents ``[N, d]`` (methods with
-        :attr:`carries_latent`)."""
+    def anonymize_faces_carrying(self, x: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """As :meth:`anonymize_faces`, also returning what the carrier writes into each face (methods with
+        :attr:`carries_latent`): {"latent": ``[N, d]``, d <= 100} and optionally {"code": ``[N, rows, cols]``}."""
         raise NotImplementedError(f"{self.name} carries no latent")
 
     def reconstruct_faces(self, x: torch.Tensor) -> torch.Tensor:

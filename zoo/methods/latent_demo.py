@@ -115,6 +115,26 @@ class WPlusLatents:
     def decode(self, wplus: torch.Tensor) -> torch.Tensor:
         return self.generator.synthesis(wplus, self.resolution)
 
+    @property
+    def drawn_slots(self) -> tuple[int, ...]:
+        """The W+ slots a :attr:`resolution` px face is drawn from: the blocks up to that size and the image head's."""
+        from ..nn.mobilestylegan import SLOT_RESOLUTIONS, TO_IMG_SLOT
+
+        return tuple(s for s, r in enumerate(SLOT_RESOLUTIONS) if r <= self.resolution) + (TO_IMG_SLOT,)
+
+    def carried_rows(self, wplus: torch.Tensor) -> torch.Tensor:
+        """W+ ``[N,23,512]`` -> what the carrier writes (:mod:`zoo.carrier`): the :attr:`drawn_slots` minus the
+        generator's mean style, ``[N, len(drawn_slots), 512]``."""
+        return wplus[:, list(self.drawn_slots)] - self.identity.w_mean.to(wplus)
+
+    def from_carried_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """Inverse of :meth:`carried_rows`; the slots no :attr:`resolution` px face reads get the mean style."""
+        from ..nn.mobilestylegan import NUM_SLOTS
+
+        wplus = self.identity.w_mean.to(rows).expand(rows.shape[0], NUM_SLOTS, -1).clone()
+        wplus[:, list(self.drawn_slots)] = rows + self.identity.w_mean.to(rows)
+        return wplus
+
 
 class LatentDemoMethod(NeuralMethod):
     """Base of the demo-tier methods: components ``generator`` (packaged DCGAN, config only) and ``encoder``.
@@ -337,7 +357,9 @@ class LatentDemoMethod(NeuralMethod):
         identity_check: float | None = None,
         **controls: Any,
     ):
-        """(X_anon ``[N,3,R,R]``, u_anon ``[N,100]``): the face and the identity code the carrier writes into it."""
+        """(X_anon ``[N,3,R,R]``, carried): the faces and what the carrier writes into each (:mod:`zoo.carrier`):
+        {"latent": u_anon ``[N,100]``} and, on W+, "code": the anonymized W+ rows the face is drawn from
+        (:meth:`WPlusLatents.carried_rows`, ``[N,20,512]``), so that recovery needs no re-inversion."""
         self._check_keys(x, keys)
         identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
         code = self.encode_cached(x, refine_steps, identity_refine, identity_check)
@@ -345,7 +367,10 @@ class LatentDemoMethod(NeuralMethod):
         code_anon = self.with_identity(code, u_anon, keys)
         y = self.decode(code_anon)
         self._remember_anonymized(y, code_anon, refine_steps, identity_refine, identity_check)
-        return y, u_anon
+        carried = {"latent": u_anon}
+        if self.wplus is not None:
+            carried["code"] = self.wplus.carried_rows(code_anon)
+        return y, carried
 
     @property
     def anonymized_code_scale(self) -> float:
@@ -380,23 +405,35 @@ class LatentDemoMethod(NeuralMethod):
     def anonymized_codes(
         self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """(code, u_anon ``[N,100]``) of anonymized faces ``y``. u_anon: the carried code where one came with the
-        face (:mod:`zoo.carrier`), else read from the face's inversion (times c on the DCGAN: the inversion
-        returns codes at its own radius, module docstring). code: on W+, the inversion of ``y`` (what the
-        face keeps besides identity comes from its pixels); on the DCGAN, u_anon itself."""
-        carried = list(carried) if carried is not None else [None] * y.shape[0]
-        missing = [i for i, c in enumerate(carried) if c is None]
+        """(code, u_anon ``[N,100]``) of anonymized faces ``y``.
+
+        ``carried[i]``: what rode in face i's saved image (:mod:`zoo.carrier`): {"latent": u_anon, "code": W+ rows}
+        (either may be missing), a bare u_anon array, or None. u_anon: the carried one, else read from the face's
+        inversion (times c on the DCGAN: the inversion returns codes at its own radius, module docstring). code:
+        on W+, the carried W+ rows where they came, else the inversion of ``y``; on the DCGAN, u_anon itself."""
+        parts = [c if isinstance(c, dict) else ({"latent": c} if c is not None else {}) for c in (carried if carried is not None else [None] * y.shape[0])]
         u = torch.empty(y.shape[0], self.code_dim, device=y.device, dtype=y.dtype)
         code = None
         if self.wplus is not None:
-            code = self.encode_cached(y, refine_steps, identity_refine, identity_check)
-            if missing:
-                u[missing] = self.identity_code(code[missing])
-        elif missing:
-            u[missing] = self.encode(y[missing], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
-        for i, c in enumerate(carried):
-            if c is not None:
-                u[i] = torch.as_tensor(c, dtype=y.dtype, device=y.device)
+            from ..nn.mobilestylegan import NUM_SLOTS, STYLE_DIM
+
+            code = torch.empty(y.shape[0], NUM_SLOTS, STYLE_DIM, device=y.device, dtype=y.dtype)
+            rows = [i for i, p in enumerate(parts) if p.get("code") is not None]
+            if rows:
+                code[rows] = self.wplus.from_carried_rows(torch.stack([torch.as_tensor(parts[i]["code"]) for i in rows]).to(y))
+            invert = [i for i in range(y.shape[0]) if i not in rows]
+            if invert:
+                code[invert] = self.encode_cached(y[invert], refine_steps, identity_refine, identity_check)
+            no_latent = [i for i, p in enumerate(parts) if p.get("latent") is None]
+            if no_latent:
+                u[no_latent] = self.identity_code(code[no_latent])
+        else:
+            no_latent = [i for i, p in enumerate(parts) if p.get("latent") is None]
+            if no_latent:
+                u[no_latent] = self.encode(y[no_latent], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
+        for i, p in enumerate(parts):
+            if p.get("latent") is not None:
+                u[i] = torch.as_tensor(p["latent"], dtype=y.dtype, device=y.device)
         return (u if code is None else code), u
 
     @property

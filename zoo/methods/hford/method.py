@@ -28,14 +28,13 @@ recovery loss L_rev (eq. 12), not analytic.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import ClassVar
 
 import torch
 
 from ... import losses as L
 from ...registry import register_method
-from ..latent_demo import IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, KeyedInvolutionDemo
+from ..latent_demo import KeyedInvolutionDemo
 from ..stylegan_identity import ReconstructionBaseline, StyleGANIdentityMethod
 from .modules import ARM, IDM, CMLPs
 
@@ -86,12 +85,9 @@ class HFORDDemo(KeyedInvolutionDemo):
     component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder", "cmlp")
     editor_name = "cmlp"
     identity_terms = staticmethod(HFORD.identity_terms)
-    # The identity-aware re-inversion is off by default here (on for the other demo methods): on the same
-    # 8 keys x 7 real faces (benchmarks/privacy_guard.py) it took the faces dlib still matched with the
-    # guard on from 0 to 3 of 56 (guard off: 2 -> 6); the cMLP's reflection leaves half of the latent as
-    # it is, and a code that keeps more of the person leaks it there. Recovery on real photos is then the
-    # pixel fit's (benchmarks/photo_recovery.py: closer 21/28 against 27/28).
-    controls = (REFINE_CONTROL, replace(IDENTITY_REFINE_CONTROL, default=0.0), IDENTITY_CHECK_CONTROL)
+    # The identity-aware inversion is on (KeyedInvolutionDemo's FIT_CONTROLS), as for the other demo methods: with
+    # the pixel fit alone (identity_refine 0) the FFHQ-grade backbone redrew t1.jpg's six faces as other people
+    # (SFace distance 0.46-0.74 to the original), so right-key recovery from the carried code gave none of them back.
 
 
 class HFORDReconstruction(ReconstructionBaseline):
