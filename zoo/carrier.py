@@ -4,8 +4,8 @@ photo so that recovery from the saved lossless image starts from the exact code 
 Why: a GAN inversion is not unique. Re-inverting an anonymized face finds *another* code that draws nearly the
 same picture, and the keyed inverse applied to that code gives somebody else (on the FFHQ-grade W+ backbone the
 key rotates what the identity slots hold besides the identity code, and that rotation does not survive a
-re-inversion: right-key recovery of real faces 0-2 of 7 from the pixels, 7 of 7 from the carried code,
-``benchmarks/results/carrier_recovery.md``). The carried code holds nothing the anonymized face does not
+re-inversion: whole-photo right-key recovery of real faces gave the person back (dlib) for 0-2 of 7 tuning faces per
+method from a re-inversion, and for 5-7 of 7 from the carried code, ``benchmarks/results/appearance.md``). The carried code holds nothing the anonymized face does not
 already show: it is the code the anonymized face was drawn from (what a perfect inversion of the saved face
 would return); without the key it draws that face and nothing else.
 
