@@ -258,15 +258,17 @@ def test_guard_catches_a_wrong_key_that_gives_the_face_back(astronaut):
     assert m.anonymize(astronaut, key="leak test", privacy_guard=False).faces[0].guard is None
 
 
-def test_wrong_key_distance_is_the_recovery_with_the_stand_in_key():
+def test_wrong_key_distance_is_the_nearest_recovery_with_the_stand_in_keys(monkeypatch):
     """The reported wrong-key distance is SFace's distance between the input and the kept variant's code
-    recovered with KeyMaterial.wrong_key (and that variant), recomputed here outside the guard."""
+    recovered with KeyMaterial.wrong_key(0..guard_wrong_keys-1) (and that variant), the nearest of them, recomputed
+    here outside the guard."""
     import zoo
     from zoo.imageio import from_tensor, to_tensor
     from zoo.judges import get_judge
     from zoo.synthetic import synthetic_faces_uint8
 
     m = zoo.load("personal")
+    monkeypatch.setattr(type(m), "guard_wrong_keys", 3)
     x = synthetic_faces_uint8(3, seed=322, resolution=64)
     anon = m.anonymize(list(x), key="probe test", aligned=True, refine_steps=0, identity_refine=0.0)
     keys = m.face_keys(m.run_secret("probe test"), 3)
@@ -275,13 +277,16 @@ def test_wrong_key_distance_is_the_recovery_with_the_stand_in_key():
     for i, r in enumerate(anon):
         g = r.faces[0].guard
         (block,) = carrier.extract_all(np.asarray(r.image.convert("RGB")))
-        assert block.variant == g["variant"]
-        wrong = [keys[i].wrong_key()]
-        k, ctl = (wrong, controls) if g["variant"] == 0 else m.guard_variant(wrong, controls, g["variant"])
-        with torch.inference_mode():
-            y = m.recover_faces(to_tensor(x[i : i + 1], 64), k, carried=[block.latent], **ctl)
-        d = float(sface.distance(sface.embed_aligned(x[i : i + 1]), sface.embed_aligned(from_tensor(y)))[0])
-        assert abs(d - g["wrong_key_distance"]) < 0.02, (d, g)
+        assert block.variant == g["variant"] and g["wrong_keys_probed"] == 3
+        d = []
+        for number in range(3):
+            wrong = [keys[i].wrong_key(number)]
+            k, ctl = (wrong, controls) if g["variant"] == 0 else m.guard_variant(wrong, controls, g["variant"])
+            with torch.inference_mode():
+                y = m.recover_faces(to_tensor(x[i : i + 1], 64), k, carried=[block.latent], **ctl)
+            d.append(float(sface.distance(sface.embed_aligned(x[i : i + 1]), sface.embed_aligned(from_tensor(y)))[0]))
+        assert len({round(v, 3) for v in d}) == 3, d  # three different keys, three different recoveries
+        assert abs(min(d) - g["wrong_key_distance"]) < 0.02, (d, g)
 
 
 def test_cli_guard_option(tmp_path):

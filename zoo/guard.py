@@ -17,8 +17,10 @@ The rule:
   material derived from the face's key, or a stronger level), up to ``DeidMethod.guard_variants`` times; the first
   variant that passes is kept, else the best one (:meth:`GuardCheck.rank`). For a reversible keyed method a variant
   passes only if its recovery with a stand-in wrong key is as far for both recognizers (a wrong key must not give
-  the person back; that recovery is measured, never shown). The variant's number rides in the face's carrier block
-  (:mod:`zoo.carrier`), so recovery from the saved image uses the same variant;
+  the person back; that recovery is measured, never shown). The face kept is then recovered with more stand-in wrong
+  keys (``DeidMethod.guard_wrong_keys`` in all), and the nearest recovery counts: one wrong key is one sample of
+  what an attacker gets. The variant's number rides in the face's carrier block (:mod:`zoo.carrier`), so recovery
+  from the saved image uses the same variant;
 * the kept face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
   published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
   of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). A
@@ -61,10 +63,11 @@ class GuardCheck:
     tried: int = 1  # variants tried
     blurred: bool = False  # still recognized after every variant: the face was hard-blurred
     blur_reason: str | None = None  # "face" (the anonymized face) or "wrong_key" (its wrong-key recovery) was recognized
-    #: reversible keyed methods: the same two distances for the kept output recovered with a stand-in wrong key
-    #: (never shown; :func:`wrong_key_probe`)
+    #: reversible keyed methods: the same two distances for the kept output recovered with stand-in wrong keys, the
+    #: nearest of ``wrong_keys_probed`` keys for each recognizer (never shown; :func:`wrong_key_probe`)
     wrong_key_distance: float | None = None
     wrong_key_faceres_distance: float | None = None
+    wrong_keys_probed: int = 0
 
     @property
     def score(self) -> float:
@@ -76,6 +79,13 @@ class GuardCheck:
         """The nearer of the anonymized face and the wrong-key recovery (FaceRes cosine distance)."""
         d = self.faceres_distance
         return d if self.wrong_key_faceres_distance is None else min(d, self.wrong_key_faceres_distance)
+
+    def add_wrong_key(self, distance: float, faceres_distance: float) -> None:
+        """One more stand-in wrong key's recovery: the nearer (per recognizer) of it and those probed before."""
+        self.wrong_keys_probed += 1
+        self.wrong_key_distance = distance if self.wrong_key_distance is None else min(self.wrong_key_distance, distance)
+        before = self.wrong_key_faceres_distance
+        self.wrong_key_faceres_distance = faceres_distance if before is None else min(before, faceres_distance)
 
     def face_recognized(self, guard: "PrivacyGuard") -> bool:
         """Whether either recognizer still matches the anonymized face to the original (at the guard's floors)."""
@@ -126,6 +136,8 @@ class GuardCheck:
             out["wrong_key_distance"] = round(float(self.wrong_key_distance), 4)
         if self.wrong_key_faceres_distance is not None:
             out["wrong_key_faceres_distance"] = round(float(self.wrong_key_faceres_distance), 4)
+        if self.wrong_keys_probed:
+            out["wrong_keys_probed"] = int(self.wrong_keys_probed)
         return out
 
 
@@ -193,7 +205,6 @@ def protect(
     latents: list,
     distances: Distances,
     n_variants: int | None = None,
-    crop_originals: dict | None = None,
 ):
     """The guard's rule (module docstring) for one batch of faces of ``pipeline.method`` (:class:`~zoo.pipeline.DeidPipeline` around a :class:`~zoo.methods.base.DeidMethod`),
     whatever the distance is taken on (aligned crops, or faces at their place in the composed photo).
@@ -202,11 +213,10 @@ def protect(
     ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
     again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
     best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred; a code a wrong key reads
-    the person back from is dropped (its latent set to None). ``crop_originals``: {id: guard embedding of the aligned
-    input crop} where the caller has them. Returns (outs, latents, variants, checks)."""
+    the person back from is dropped (its latent set to None). Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
     n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
-    probe = wrong_key_probe(pipeline, guard, crops, key_indices, secret, controls, crop_originals) if n_variants > 0 else None
+    probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
 
     def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
         dist = distances(candidate, which)
@@ -218,6 +228,7 @@ def protect(
                 variant=number,
                 wrong_key_distance=wrong[i][0] if i in wrong else None,
                 wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
+                wrong_keys_probed=int(i in wrong),
             )
             for i, d in dist.items()
         }
@@ -243,6 +254,12 @@ def protect(
                 outs[i], latents[i], variants[i], checks[i] = o[pos], lat[pos], number, got[i]
             checks[i].tried = tried
         failing = [i for i in failing if not checks[i].passes(guard)]
+    if probe is not None:  # the kept faces against more stand-in wrong keys: the nearest recovery counts
+        for number in range(1, int(pipeline.method.guard_wrong_keys)):
+            for variant in sorted({variants[i] for i in live}):
+                which = [i for i in live if variants[i] == variant]
+                for i, (d, df) in probe(outs, latents, which, variant, number).items():
+                    checks[i].add_wrong_key(d, df)
     for i in live:
         checks[i].blurred = checks[i].recognized(guard)
         if checks[i].blurred:
@@ -252,34 +269,31 @@ def protect(
     return outs, latents, variants, checks
 
 
-def wrong_key_probe(pipeline, guard: PrivacyGuard, crops: np.ndarray, key_indices, secret, controls: dict, originals: dict | None = None):
-    """For a reversible keyed method (``pipeline.method``), ``probe(candidate_outs, candidate_latents, face_ids, variant) -> {id: (SFace,
-    FaceRes) distance}``: each candidate is recovered with a stand-in wrong key (:meth:`~zoo.keys.KeyMaterial.wrong_key`,
-    key variant ``variant`` as a recovery of that face would use) and compared with the aligned input crop
-    (``originals``: {id: its guard embedding} where known, else computed once). The recovery is only measured, never
-    returned. None unless ``pipeline.method.guard_wrong_key_check`` (on for every reversible keyed method).
+def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Distances):
+    """For a reversible keyed method (``pipeline.method``), ``probe(candidate_outs, candidate_latents, face_ids, variant,
+    wrong_number) -> {id: (SFace, FaceRes) distance}``: each candidate is recovered with stand-in wrong key
+    ``wrong_number`` (:meth:`~zoo.keys.KeyMaterial.wrong_key`, key variant ``variant`` as a recovery of that face would
+    use) and measured by ``distances`` exactly as the anonymized face is (at its place in the composed photo, where
+    an attacker would see it; or against the aligned crop). The recovery is only measured, never returned. None
+    unless ``pipeline.method.guard_wrong_key_check`` (on for every reversible keyed method).
 
     Why: a wrong key must not give the person back, and what a wrong key returns can keep what the guard's choice of
     key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated anonymized code
-    with any wrong password). One stand-in wrong key is a sample of what an attacker with the wrong key gets; the guard
-    accepts a candidate only if that sample is far from the person for both recognizers."""
+    with any wrong password). One stand-in wrong key is a sample of what an attacker with the wrong key gets; the
+    guard accepts a candidate only if that sample is far from the person for both recognizers, and probes the face
+    it keeps with ``guard_wrong_keys`` samples."""
     if not (pipeline.method.guard_wrong_key_check and pipeline.method.reversible and pipeline.method.uses_key):
         return None
-    originals = dict(originals or {})
 
-    def probe(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, tuple[float, float]]:
+    def probe(candidate: list, candidate_latents: list, which: list[int], number: int, wrong_number: int = 0) -> dict[int, tuple[float, float]]:
         if not which:
             return {}
-        wrong = [k.wrong_key() for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in which])]
+        wrong = [k.wrong_key(wrong_number) for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in which])]
         k, ctl = pipeline.method.guard_variant(wrong, controls, number)
         rec, _, _ = pipeline.process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
-        done = [(i, r) for i, r in zip(which, rec) if r is not None]
-        new = [i for i, _ in done if i not in originals]
-        if new:
-            originals.update(zip(new, guard.crop_embeddings(crops[new])))
-        if not done:
-            return {}
-        d = guard.distances(np.stack([originals[i] for i, _ in done]), guard.crop_embeddings(np.stack([r for _, r in done])))
-        return {i: (float(x[0]), float(x[1])) for (i, _), x in zip(done, d)}
+        recovered = list(candidate)
+        for i, r in zip(which, rec):
+            recovered[i] = r
+        return distances(recovered, [i for i, r in zip(which, rec) if r is not None])
 
     return probe

@@ -143,12 +143,12 @@ class KeyMaterial:
         seed = _expand(self.seed, f"guard-variant|{int(number)}".encode(), 32)
         return KeyMaterial(seed, label=f"{self.label}|variant{int(number)}", fingerprint=self.fingerprint)
 
-    def wrong_key(self) -> "KeyMaterial":
-        """Other key material for the same face (HKDF of this one): the privacy guard's stand-in for a
-        wrong key (:func:`zoo.guard.wrong_key_probe`). What it recovers is only
+    def wrong_key(self, number: int = 0) -> "KeyMaterial":
+        """Other key material for the same face (HKDF of this one): the privacy guard's stand-in number
+        ``number`` (0, 1, ...) for a wrong key (:func:`zoo.guard.wrong_key_probe`). What it recovers is only
         measured, never shown."""
-        seed = _expand(self.seed, b"guard-wrong-key-probe", 32)
-        return KeyMaterial(seed, label=f"{self.label}|wrong-key probe", fingerprint="")
+        info = b"guard-wrong-key-probe" + (b"/%d" % number if number else b"")
+        return KeyMaterial(_expand(self.seed, info, 32), label=f"{self.label}|wrong-key probe {number}", fingerprint="")
 
     def digits(self, n: int, context: str = "") -> str:
         """``n`` decimal digits (e.g. the 6-digit password of Cao et al.)."""

@@ -141,7 +141,7 @@ class DeidPipeline:
             d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
             return {i: (float(x[0]), float(x[1])) for i, x in zip(which, d)}
 
-        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, crop_originals=originals)
+        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances)
 
     def process_frames(self, *args: Any, **kwargs: Any) -> list[tuple[np.ndarray, list[FaceRecord]]]:
         """See :meth:`_process_frames` (run inside :meth:`run_scope`)."""

@@ -86,8 +86,10 @@ class DeidMethod:
     guard_by_default: ClassVar[bool] = False
     guard_variants: ClassVar[int] = 0
     #: reversible keyed methods: the guard also recovers each candidate with one stand-in wrong key and accepts it
-    #: only if neither recognizer knows the person in that recovery either (:func:`zoo.guard.wrong_key_probe`)
+    #: only if neither recognizer knows the person in that recovery either (:func:`zoo.guard.wrong_key_probe`);
+    #: the face it keeps is recovered with ``guard_wrong_keys`` stand-in wrong keys in all, the nearest counting
     guard_wrong_key_check: ClassVar[bool] = True
+    guard_wrong_keys: ClassVar[int] = 1
     #: the method draws a new face (generative): its output goes through :mod:`zoo.compositing` (face-mesh mask,
     #: colour, grain, blend). Methods whose recovery reads the output pixels back keep the plain paste.
     draws_new_face: ClassVar[bool] = False

@@ -413,6 +413,7 @@ class LatentDemoMethod(NeuralMethod):
         on W+, the carried W+ rows where they came, else the inversion of ``y``; on the DCGAN, u_anon itself."""
         parts = [c if isinstance(c, dict) else ({"latent": c} if c is not None else {}) for c in (carried if carried is not None else [None] * y.shape[0])]
         u = torch.empty(y.shape[0], self.code_dim, device=y.device, dtype=y.dtype)
+        no_latent = [i for i, p in enumerate(parts) if p.get("latent") is None]
         code = None
         if self.wplus is not None:
             from ..nn.mobilestylegan import NUM_SLOTS, STYLE_DIM
@@ -424,13 +425,10 @@ class LatentDemoMethod(NeuralMethod):
             invert = [i for i in range(y.shape[0]) if i not in rows]
             if invert:
                 code[invert] = self.encode_cached(y[invert], refine_steps, identity_refine, identity_check)
-            no_latent = [i for i, p in enumerate(parts) if p.get("latent") is None]
             if no_latent:
                 u[no_latent] = self.identity_code(code[no_latent])
-        else:
-            no_latent = [i for i, p in enumerate(parts) if p.get("latent") is None]
-            if no_latent:
-                u[no_latent] = self.encode(y[no_latent], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
+        elif no_latent:
+            u[no_latent] = self.encode(y[no_latent], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
         for i, p in enumerate(parts):
             if p.get("latent") is not None:
                 u[i] = torch.as_tensor(p["latent"], dtype=y.dtype, device=y.device)
