@@ -75,6 +75,9 @@ def _roundtrip_rgb(
             row_scores.append(sims)
             path = anon_png if label == "anonymized" else save_png(res.image, out_dir, f"recovered_{label.split(', ')[-1].replace(' ', '_')}_{s.name}")
             cap = f"{s.name} · {label}" + (" · " + scores_caption(sims, scores.judge) if sims else "")
+            refused = sum(f.status == "key_mismatch" for f in res.faces)
+            if refused:
+                cap += f" · key refused for {refused} face(s): nothing recovered"
             gallery.append((path, cap))
         reports = {"anonymized": anon.report(), "recovered_right_key": right.report(), "recovered_wrong_key": wrong.report()}
         reports["wrong_key_fingerprint"] = Secret(wrong_key).fingerprint
@@ -89,7 +92,8 @@ def _roundtrip_rgb(
     status = (
         f"Key `{Secret(key).fingerprint}`{' (a fresh random key for this run)' if random_key else ''}, "
         f"wrong key `{Secret(wrong_key).fingerprint}`. "
-        "Recovery reads the anonymized PNG back from disk, as it would be after a download."
+        "Recovery reads the anonymized PNG back from disk, as it would be after a download; each face's block holds a "
+        "key check, so a wrong key recovers nothing from it."
     )
     if notes:
         status += "\n\n" + "\n\n".join(notes)

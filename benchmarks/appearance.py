@@ -68,7 +68,7 @@ class DlibEye:
         return [np.array([d.rect.left(), d.rect.top(), d.rect.right(), d.rect.bottom()], np.float64) for d in self.cnn(np.ascontiguousarray(rgb), up)]
 
 
-def _iou(a: np.ndarray, b: np.ndarray) -> float:
+def box_iou(a: np.ndarray, b: np.ndarray) -> float:
     x0, y0, x1, y1 = max(a[0], b[0]), max(a[1], b[1]), min(a[2], b[2]), min(a[3], b[3])
     inter = max(0.0, x1 - x0) * max(0.0, y1 - y0)
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
@@ -126,7 +126,7 @@ def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes:
     (m_in, e_in), (m_out, e_out) = _openings(lm_in), _openings(lm_out)
     d = ref.distance(eye, output)
     return {
-        "detected": any(_iou(box, o) >= 0.3 for o in out_boxes),
+        "detected": any(box_iou(box, o) >= 0.3 for o in out_boxes),
         "same": d < eye.judge.threshold,
         "dlib_distance": round(d, 4),
         "nme": round(float(np.linalg.norm(lm_out - lm_in, axis=1).mean() / scale), 4),
@@ -239,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
                 recovered = np.asarray(m.recover(out, key=KEY))
                 wrong = np.asarray(m.recover(out, key=KEY + " (wrong)"))
             for i, ref in enumerate(refs):
-                record = max(result.faces, key=lambda f: _iou(ref.box, np.asarray(f.box)), default=None)
-                status = record.status if record is not None and _iou(ref.box, np.asarray(record.box)) > 0.2 else "not found"
+                record = max(result.faces, key=lambda f: box_iou(ref.box, np.asarray(f.box)), default=None)
+                status = record.status if record is not None and box_iou(ref.box, np.asarray(record.box)) > 0.2 else "not found"
                 row = {"photo": name, "split": split, "face": i, "status": status, **measure_face(eye, ref, out, out_boxes)}
                 if record is not None and record.guard:  # the guard's own distances (SFace, FaceRes), beside dlib's
                     row["guard"] = record.guard

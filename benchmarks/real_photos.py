@@ -76,6 +76,15 @@ REAL_PHOTOS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 
 
+#: photos that show the same person (every other photo's people appear in no other photo)
+SAME_PERSON: dict[str, tuple[str, ...]] = {"obama": ("obama", "obama2", "obama3", "obama_partial_face", "obama_partial_face2")}
+
+
+def person_of(name: str) -> str:
+    """Who the photo ``name`` shows: the person's name where several photos show them, else the photo's own name."""
+    return next((who for who, names in SAME_PERSON.items() if name in names), name)
+
+
 def package_file(package: str, *parts: str) -> Path | None:
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:

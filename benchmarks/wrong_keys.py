@@ -12,7 +12,10 @@ place:
 * ``sface`` / ``faceres``: the privacy guard's two recognizers' cosine distances to the original, so the guard's own
   view of the same recoveries can be set beside the judge's;
 * the face's guard record (its kept variant, its own wrong-key probes, whether it was blurred and its code dropped);
-* beside them, the dlib distance of the anonymized face and of its right-key recovery (key ``wrong-keys``).
+* ``refused``: the recovery refused the key (the face's carrier block holds a key check, :mod:`zoo.carrier`) and
+  left the anonymized face as it was;
+* beside them, the dlib distance of the anonymized face and of its right-key recovery (key ``wrong-keys``), and of
+  ``--jpeg-keys`` wrong-key recoveries of a JPEG (quality 95) copy, which no block survives.
 
 Reported per split (``tuning`` / ``held-out``, :mod:`benchmarks.real_photos`): anonymized faces and right-key recoveries
 dlib matches, face-keys it matches, and faces for which at least one wrong key is matched, each with its 95% Wilson
@@ -27,9 +30,10 @@ import json
 import time
 from pathlib import Path
 
+import cv2
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, _iou
+from benchmarks.appearance import DlibEye, OriginalFace, box_iou
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate
 from benchmarks.report import command_line, write_results
@@ -43,6 +47,15 @@ def attacker_key(j: int) -> str:
     return f"{KEY} / attacker {j}"
 
 
+def jpeg_copy(rgb: np.ndarray, quality: int = 95) -> np.ndarray:
+    """The photo as a lossy copy would carry it (no carrier block survives)."""
+    ok, buf = cv2.imencode(".jpg", np.ascontiguousarray(rgb[:, :, ::-1]), [cv2.IMWRITE_JPEG_QUALITY, quality])
+    assert ok
+    bgr = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    assert bgr is not None
+    return np.ascontiguousarray(bgr[:, :, ::-1])
+
+
 def summarise(rows: list[dict]) -> dict:
     """Face-key and per-face rates of dlib matches over ``rows`` (one per face, each with its ``keys`` list)."""
     pairs = [k for r in rows for k in r["keys"]]
@@ -53,6 +66,8 @@ def summarise(rows: list[dict]) -> dict:
         "right_key_matched": rate(sum(r["right_key_dlib"] < 0.6 for r in rows), len(rows)),
         "face_keys_matched": rate(sum(k["dlib"] < 0.6 for k in pairs), len(pairs)),
         "faces_any_key_matched": rate(sum(any(k["dlib"] < 0.6 for k in r["keys"]) for r in rows), len(rows)),
+        "jpeg_face_keys_matched": rate(sum(k["dlib"] < 0.6 for r in rows for k in r.get("jpeg_keys", [])), sum(len(r.get("jpeg_keys", [])) for r in rows)),
+        "key_refused": sum(k.get("refused", False) for k in pairs),
         "guard_blurred": sum(r["status"] == "guard_blur" for r in rows),
         "code_carried": sum(bool(r.get("latent_carried")) for r in rows),
         "median_dlib": round(float(np.median([k["dlib"] for k in pairs])), 4) if pairs else None,
@@ -67,10 +82,10 @@ def write_report(result: dict, out: Path) -> None:
         f"`{result['command']}`",
         "",
         f"Each face anonymized once at the method's defaults (guard on), then recovered from the lossless output with {result['keys']} "
-        "wrong keys. dlib judges at 0.6 at the original's place; k/n [95% Wilson interval].",
+        "wrong keys (and from a JPEG q95 copy with other wrong keys). dlib judges at 0.6 at the original's place; k/n [95% Wilson interval].",
         "",
-        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | guard blurred | code carried |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | guard blurred | code carried |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, per in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -80,7 +95,10 @@ def write_report(result: dict, out: Path) -> None:
             cells = [
                 f"{s[k]['k']}/{s[k]['n']} {s[k]['95ci']}" for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")
             ]
-            lines.append(f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['guard_blurred']} | {s['code_carried']} |")
+            jp = s["jpeg_face_keys_matched"]
+            lines.append(
+                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {jp['k']}/{jp['n']} {jp['95ci']} | {s['guard_blurred']} | {s['code_carried']} |"
+            )
     matched = [
         f"{m}: {r['photo']}:{r['face']} ({sum(k['dlib'] < 0.6 for k in r['keys'])} keys)"
         for m, per in result["methods"].items()
@@ -96,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(REVERSIBLE))
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--keys", type=int, default=8, help="wrong keys per face")
+    ap.add_argument("--jpeg-keys", type=int, default=1, help="wrong keys per face on a JPEG (quality 95) copy")
     ap.add_argument("--add", action="store_true", help="keep the results file's rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -122,17 +141,25 @@ def main(argv: list[str] | None = None) -> int:
             seconds[method] += time.perf_counter() - t0
             out = np.asarray(result)
             right = np.asarray(m.recover(out, key=KEY))
+            jpeg = [np.asarray(m.recover(jpeg_copy(out), key=attacker_key(j))) for j in range(args.jpeg_keys)]
             per_face: list[list[dict]] = [[] for _ in refs]
             for j in range(args.keys):
-                wrong = np.asarray(m.recover(out, key=attacker_key(j)))
+                attempt = m.recover(out, key=attacker_key(j))
+                wrong = np.asarray(attempt)
                 ours = guard.distances(originals, guard.photo_embeddings(wrong, [r.place for r in refs]))
                 for i, ref in enumerate(refs):
+                    refused = any(f.status == "key_mismatch" and box_iou(ref.box, np.asarray(f.box)) > 0.2 for f in attempt.faces)
                     per_face[i].append(
-                        {"dlib": round(ref.distance(eye, wrong), 4), "sface": round(float(ours[i, 0]), 4), "faceres": round(float(ours[i, 1]), 4)}
+                        {
+                            "dlib": round(ref.distance(eye, wrong), 4),
+                            "sface": round(float(ours[i, 0]), 4),
+                            "faceres": round(float(ours[i, 1]), 4),
+                            "refused": refused,
+                        }
                     )
             for i, ref in enumerate(refs):
-                record = max(result.faces, key=lambda f: _iou(ref.box, np.asarray(f.box)), default=None)
-                if record is not None and _iou(ref.box, np.asarray(record.box)) <= 0.2:
+                record = max(result.faces, key=lambda f: box_iou(ref.box, np.asarray(f.box)), default=None)
+                if record is not None and box_iou(ref.box, np.asarray(record.box)) <= 0.2:
                     record = None
                 row = {
                     "photo": name,
@@ -143,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                     "guard": record.guard if record is not None else None,
                     "anonymized_dlib": round(ref.distance(eye, out), 4),
                     "right_key_dlib": round(ref.distance(eye, right), 4),
+                    "jpeg_keys": [{"dlib": round(ref.distance(eye, img), 4)} for img in jpeg],
                     "keys": per_face[i],
                 }
                 rows[method].append(row)

@@ -114,8 +114,8 @@ def personal():
 
 def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
     """Aligned crops: anonymize -> PNG bytes -> recover gives the backbone's own reconstruction (the
-    carried code inverted exactly with the right key); a wrong key gives another face; a JPEG copy
-    falls back to re-encoding and says so."""
+    carried code inverted exactly with the right key); a wrong key recovers nothing (the block's key check
+    refuses it and the anonymized crop comes back as it was); a JPEG copy falls back to re-encoding and says so."""
     from zoo.synthetic import synthetic_faces_uint8
 
     x = synthetic_faces_uint8(3, seed=123, resolution=64)
@@ -130,6 +130,9 @@ def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
     wrong = personal.recover(saved, key="111111", aligned=True, refine_steps=0)
     recon = personal.reconstruction(list(x), aligned=True, refine_steps=0)
     assert all(r.faces[0].latent_carried for r in rec)
+    assert [w.faces[0].status for w in wrong] == ["key_mismatch"] * 3
+    for w, a in zip(wrong, anon):
+        assert np.array_equal(np.asarray(w), np.asarray(a))
     for r, w, c in zip(rec, wrong, recon):
         d_right = np.abs(np.asarray(r, dtype=float) - np.asarray(c, dtype=float)).mean()
         d_wrong = np.abs(np.asarray(w, dtype=float) - np.asarray(c, dtype=float)).mean()
@@ -139,6 +142,25 @@ def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
     anon[0].image.save(buf, format="JPEG", quality=95)
     jpeg_rec = personal.recover([buf.getvalue()], key="042917", aligned=True, refine_steps=0)[0]
     assert jpeg_rec.faces[0].latent_carried is False
+
+
+def test_the_key_check_rides_and_tells_a_wrong_key():
+    from zoo.keys import Secret
+
+    right, wrong = Secret("check test").derive("personal", 0), Secret("another key").derive("personal", 0)
+    assert right.carrier_check(0) != wrong.carrier_check(0) and right.carrier_check(0) != right.carrier_check(1)
+    block = carrier.CarriedLatent(
+        carrier.method_tag("personal"), 0, np.zeros(4, np.float32), np.zeros((5, 2), np.float32), np.zeros(100, np.float32), key_check=right.carrier_check(0)
+    )
+    img = np.zeros((120, 120, 3), np.uint8)
+    assert carrier.embed(img, block, (60, 60), 100)
+    (found,) = carrier.extract_all(img)
+    assert found.key_check == right.carrier_check(0) and found.key_matches(right) and not found.key_matches(wrong)
+    unchecked = carrier.CarriedLatent(block.tag, 0, block.box, block.landmarks, block.latent)  # no check written
+    img = np.zeros((120, 120, 3), np.uint8)
+    assert carrier.embed(img, unchecked, (60, 60), 100)
+    (found,) = carrier.extract_all(img)
+    assert found.key_check is None and found.key_matches(wrong)
 
 
 def test_photo_recovery_reads_every_face_and_reports_it(personal):
@@ -162,3 +184,6 @@ def test_photo_recovery_reads_every_face_and_reports_it(personal):
         far &= ~((xs > x0 - pad) & (xs < x1 + pad) & (ys > y0 - pad) & (ys < y1 + pad))
     assert far.any()
     assert (arr[far] == rgb[far]).all() and (np.asarray(rec)[far] == rgb[far]).all()
+    wrong = personal.recover(arr, key="111111", refine_steps=0)  # the key check refuses it: every face stays as it was
+    assert [f.status for f in wrong.faces] == ["key_mismatch"] * len(anon.faces)
+    assert np.array_equal(np.asarray(wrong), arr)

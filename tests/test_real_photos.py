@@ -21,7 +21,9 @@ def test_every_photo_is_tuning_or_held_out_and_annotated():
 def test_one_person_is_never_on_both_sides():
     held_out = {n for n, (s, _) in RP.REAL_PHOTOS.items() if s == "held-out"}
     tuning = set(RP.REAL_PHOTOS) - held_out
-    assert not {n.rstrip("0123456789").split("_partial")[0] for n in tuning} & {n.rstrip("0123456789").split("_partial")[0] for n in held_out}
+    assert not {RP.person_of(n) for n in tuning} & {RP.person_of(n) for n in held_out}
+    for who, names in RP.SAME_PERSON.items():
+        assert set(names) <= set(RP.REAL_PHOTOS) and len({RP.REAL_PHOTOS[n][0] for n in names}) == 1, who
 
 
 def test_an_unfetched_source_distribution_photo_is_absent_not_an_error(tmp_path, monkeypatch):

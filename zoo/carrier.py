@@ -15,7 +15,7 @@ Its top-left :data:`BLOCK_WIDTH` x :data:`BLOCK_ROWS` pixels hold the head::
 
     magic b"ZoOL" | version u8 | method tag u16 | face index u16 | block origin x, y u32
     | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | latent n x float16
-    | guard variant u8 | block width, height u16 | code rows, cols u16 | code crc32 | crc32
+    | guard variant u8 | block width, height u16 | code rows, cols u16 | code crc32 | key check u16 | crc32
 
 and the rest of the rectangle, row by row, the code (version 3, when rows > 0): per row a float16 centre and
 scale, then every value as a 4-bit step of scale (``(q - 8) * scale``, q in 1..15: +-7 steps cover
@@ -23,7 +23,11 @@ scale, then every value as a 4-bit step of scale (``(q - 8) * scale``, q in 1..1
 ``code`` a larger array the method needs exactly (the W+ methods: the anonymized W+ rows the 256 px face is
 drawn from, 19 x 512, about 4.9 kB: an 84 x 84 px block; its 4-bit rounding changes the recovered face by
 about 42 dB PSNR). The guard variant (version 2) is which of the method's key variants the privacy guard chose
-for the face (:mod:`zoo.guard`; 0 = the plain key); version-1 blocks read as variant 0.
+for the face (:mod:`zoo.guard`; 0 = the plain key); version-1 blocks read as variant 0. The key check (version 4)
+is one byte derived from the face's key (:meth:`~zoo.keys.KeyMaterial.carrier_check`; stored as 1 + the byte, 0 =
+none): recovery refuses a block whose check the given key does not reproduce, so a wrong key recovers nothing from a
+lossless save (255 of 256 wrong keys are told so; one byte tells an attacker little about a key, and a stretched
+secret is not guessed byte by byte).
 
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
 save (JPEG), a resize or an edit destroys it, and recovery then re-encodes the face from its pixels (reported
@@ -53,14 +57,15 @@ __all__ = [
 ]
 
 MAGIC = b"ZoOL"
-VERSION = 3
-_READABLE_VERSIONS = (1, 2, 3)
+VERSION = 4
+_READABLE_VERSIONS = (1, 2, 3, 4)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
 _CODE_HEAD = struct.Struct("<HHHHI")  # version 3: block width, height, code rows, cols, code crc32
 _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
-BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
+_KEY_CHECK = struct.Struct("<H")  # version 4: 1 + the key check byte (0: no check)
+BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + _KEY_CHECK.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
 MIN_FACE = int(np.ceil(1.6 * max(BLOCK_WIDTH, BLOCK_ROWS)))
 #: a code row's 4-bit steps span +-CODE_SIGMAS of its standard deviations (values beyond are clipped)
 CODE_SIGMAS = 4.0
@@ -130,6 +135,13 @@ class CarriedLatent:
     code: np.ndarray | None = None
     #: (rows, cols) of the code the method meant to carry, also when it could not ride or was damaged
     code_shape: tuple[int, int] | None = None
+    #: the face key's check byte (:meth:`~zoo.keys.KeyMaterial.carrier_check`), None where none was written
+    key_check: int | None = None
+
+    def key_matches(self, key) -> bool:
+        """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check (True for a
+        block without one, or no key)."""
+        return self.key_check is None or key is None or key.carrier_check(self.variant) == self.key_check
 
     @property
     def complete(self) -> bool:
@@ -165,6 +177,9 @@ class CarriedLatent:
         head = _HEAD.pack(MAGIC, VERSION, self.tag, self.index, self.origin[0], self.origin[1], *geo.tolist(), lat.size)
         body = head + lat.tobytes() + bytes([int(self.variant)])
         body += _CODE_HEAD.pack(width, height, rows, cols, zlib.crc32(payload[:-4]) if payload else 0)
+        if self.key_check is not None and not 0 <= int(self.key_check) <= 255:
+            raise ValueError(f"a key check is one byte, got {self.key_check}")
+        body += _KEY_CHECK.pack(0 if self.key_check is None else 1 + int(self.key_check))
         return body + struct.pack("<I", zlib.crc32(body)), payload
 
     def shifted(self, dx: float, dy: float) -> "CarriedLatent":
@@ -258,7 +273,7 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
     if magic != MAGIC or version not in _READABLE_VERSIONS or n > MAX_LATENT:
         return None
     lat_end = _HEAD.size + 2 * n
-    end = lat_end + (1 if version >= 2 else 0) + (_CODE_HEAD.size if version >= 3 else 0)
+    end = lat_end + (1 if version >= 2 else 0) + (_CODE_HEAD.size if version >= 3 else 0) + (_KEY_CHECK.size if version >= 4 else 0)
     if end + 4 > len(data) or struct.unpack_from("<I", data, end)[0] != zlib.crc32(data[:end]):
         return None
     latent = np.frombuffer(data[_HEAD.size : lat_end], dtype=np.float16).astype(np.float32)
@@ -273,8 +288,12 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
             payload = _bytes(region[_code_mask(width, height)].reshape(-1))
             if len(payload) >= size + 4 and zlib.crc32(payload[:size]) == code_crc == struct.unpack_from("<I", payload, size)[0]:
                 code = _code_from_bytes(payload[:size], rows, cols)
+    key_check = None
+    if version >= 4:
+        (stored,) = _KEY_CHECK.unpack_from(data, lat_end + 1 + _CODE_HEAD.size)
+        key_check = stored - 1 if 0 < stored <= 256 else None
     place = np.asarray(geo, dtype=np.float32)
-    found = CarriedLatent(tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant), code, code_shape)
+    found = CarriedLatent(tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant), code, code_shape, key_check)
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 
 

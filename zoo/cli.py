@@ -189,6 +189,9 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
             save_image_atomic(result.image, image_path)
             write_text_atomic(json.dumps(report, indent=2) + "\n", report_path)
             done += 1
+            refused = [f.index for f in result.faces if f.status == "key_mismatch"]
+            if refused:
+                tqdm.write(f"warning: {path} [{name}]: the key does not match face(s) {refused}; nothing was recovered from them", file=sys.stderr)
             if args.quiet is False and bar.disable:
                 fb = f", fallback blur on faces {result.fallbacks}" if result.fallbacks else ""
                 print(f"{path} -> {image_path} ({len(result.faces)} face(s){fb})", file=sys.stderr)

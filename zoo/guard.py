@@ -23,9 +23,9 @@ The rule:
   from the saved image uses the same variant;
 * the kept face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
   published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
-  of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). A
-  carried code still recovers it from a lossless save, unless the wrong-key recovery was the one recognized: then
-  no code rides in the image (:meth:`GuardCheck.carry_allowed`), since any wrong key would read the person back.
+  of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). Its
+  carried code still rides, so the right key recovers the face from a lossless save; the block's key check
+  (:mod:`zoo.carrier`) makes recovery refuse a wrong key, and the blur leaves nothing to re-invert in a lossy copy.
 
 Every face's guard distances and variant go into the report. dlib, the judge of every number the project
 publishes, is never consulted here, so those numbers stay independent. See ``docs/privacy_guard.md`` for the
@@ -101,10 +101,6 @@ class GuardCheck:
     def recognized(self, guard: "PrivacyGuard") -> bool:
         """Whether the face must be blurred: either recognizer matches the anonymized face or its wrong-key recovery."""
         return self.face_recognized(guard) or self.wrong_key_recognized(guard)
-
-    def carry_allowed(self, guard: "PrivacyGuard") -> bool:
-        """Whether the face's code may ride in the image: not when a wrong key reads the person back from it."""
-        return not self.wrong_key_recognized(guard)
 
     def margin(self, guard: "PrivacyGuard") -> float:
         """How far past both targets the face (and its wrong-key recovery) is, in units of each recognizer's
@@ -212,8 +208,8 @@ def protect(
     ``crops``: the aligned input faces, uint8 ``[N,S,S,3]``; ``outs`` / ``latents``: the method's first output (uint8
     ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
     again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
-    best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred; a code a wrong key reads
-    the person back from is dropped (its latent set to None). Returns (outs, latents, variants, checks)."""
+    best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred (their codes still ride:
+    the carrier's key check refuses a wrong key). Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
     n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
     probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
@@ -264,8 +260,6 @@ def protect(
         checks[i].blurred = checks[i].recognized(guard)
         if checks[i].blurred:
             checks[i].blur_reason = "face" if checks[i].face_recognized(guard) else "wrong_key"
-        if not checks[i].carry_allowed(guard):
-            latents[i] = None  # a wrong key reads the person back from this code: it does not ride in the image
     return outs, latents, variants, checks
 
 

@@ -150,6 +150,11 @@ class KeyMaterial:
         info = b"guard-wrong-key-probe" + (b"/%d" % number if number else b"")
         return KeyMaterial(_expand(self.seed, info, 32), label=f"{self.label}|wrong-key probe {number}", fingerprint="")
 
+    def carrier_check(self, variant: int = 0) -> int:
+        """One byte (0-255) of this face key, for key variant ``variant``: written beside the face's carried code
+        (:mod:`zoo.carrier`) so that recovery can tell a wrong key and refuse it."""
+        return self.bytes(1, f"carrier key check|variant {int(variant)}")[0]
+
     def digits(self, n: int, context: str = "") -> str:
         """``n`` decimal digits (e.g. the 6-digit password of Cao et al.)."""
         value = int.from_bytes(self.bytes(16, f"digits|{context}"), "little")

@@ -32,6 +32,8 @@ from .report import DeidResult, FaceRecord
 __all__ = ["DeidPipeline", "compose", "attach_carried", "RUN_OPTIONS"]
 
 log = logging.getLogger(__name__)
+#: the error of a face whose carried key check the given key does not reproduce (recover; status "key_mismatch")
+KEY_MISMATCH = "the key does not match this face's carried code (a wrong key recovers nothing)"
 
 ImageLike = Any  # PIL.Image.Image | np.ndarray (uint8 HxWx3) | str | os.PathLike | bytes | DeidResult
 
@@ -215,8 +217,14 @@ class DeidPipeline:
             aligned_faces, outs, errors, latents = aligned_all[sl], outs_all[sl], errors_all[sl], latents_all[sl]
             variants, checks = variants_all[sl], checks_all[sl]
             pos += n
-            infos: list = []
-            canvas = compose(rgb, fr_faces, [a.matrix for a in aligned_faces], outs, infos, self.method.draws_new_face)
+            infos: list = [None] * n
+            done = [j for j in range(n) if errors[j] != KEY_MISMATCH]  # a face the key does not open stays as it was
+            got: list = []
+            canvas = compose(
+                rgb, [fr_faces[j] for j in done], [aligned_faces[j].matrix for j in done], [outs[j] for j in done], got, self.method.draws_new_face
+            )
+            for j, info in zip(done, got):
+                infos[j] = info
             for face, check in zip(fr_faces, checks):
                 if check is not None and check.blurred:
                     canvas = paste.blur_face(canvas, face)
@@ -225,6 +233,7 @@ class DeidPipeline:
                 flags: list[bool | None] = [None] * n
                 if carries and operation == "anonymize":  # after every paste, so no face covers another's block
                     taken: list = []
+                    face_keys = self.keys_for("anonymize", secret, fr_indices)
                     for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
                         flags[j] = False
                         if out is not None and lat is not None:
@@ -236,12 +245,13 @@ class DeidPipeline:
                                 lat["latent"],
                                 variant=variants[j],
                                 code=lat.get("code"),
+                                key_check=face_keys[j].carrier_check(variants[j]) if face_keys[j] is not None else None,
                             )
                             flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
                 elif carries:
                     flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
                 for j, (face, err) in enumerate(zip(fr_faces, errors)):
-                    status = "processed" if err is None else "fallback_blur"
+                    status = "processed" if err is None else ("key_mismatch" if err == KEY_MISMATCH else "fallback_blur")
                     if err is None and checks[j] is not None and checks[j].blurred:
                         status = "guard_blur"
                     records.append(
@@ -273,8 +283,13 @@ class DeidPipeline:
         outs: list = [None] * n
         errors: list = [None] * n
         latents: list = [None] * n
+        for i, c in enumerate(carried):  # a wrong key recovers nothing from a face whose block says so
+            if operation == "recover" and isinstance(c, CarriedLatent) and not c.key_matches(keys[i]):
+                errors[i] = KEY_MISMATCH
         for v in sorted(set(variants)):
-            ids = [i for i in range(n) if variants[i] == v]
+            ids = [i for i in range(n) if variants[i] == v and errors[i] != KEY_MISMATCH]
+            if not ids:
+                continue
             k, ctl = self.method.guard_variant([keys[i] for i in ids], controls, v)
             o, e, lat = self.process_isolated(operation, crops[ids], k, ctl, [codes[i] for i in ids])
             for pos, i in enumerate(ids):
@@ -381,20 +396,30 @@ class DeidPipeline:
                 h, w = rgb.shape[:2]
                 flag = None
                 blurred = checks[i] is not None and checks[i].blurred
-                if out is None:
+                if err == KEY_MISMATCH:
+                    out_rgb = np.array(rgb, copy=True)
+                elif out is None:
                     out_rgb = paste.blur_hard(rgb)
                 else:
                     out_rgb = imageio.resize_to(paste.blur_hard(out) if blurred else out, (h, w))
                     if carries and operation == "anonymize" and lat is None:  # the guard kept this face's code out
                         flag = False
                     elif carries and operation == "anonymize":
+                        (face_key,) = self.keys_for("anonymize", secret, [i])
                         block = carrier.CarriedLatent(
-                            tag, i, np.array([0, 0, w, h], np.float32), np.zeros((5, 2), np.float32), lat["latent"], variant=variants[i], code=lat.get("code")
+                            tag,
+                            i,
+                            np.array([0, 0, w, h], np.float32),
+                            np.zeros((5, 2), np.float32),
+                            lat["latent"],
+                            variant=variants[i],
+                            code=lat.get("code"),
+                            key_check=face_key.carrier_check(variants[i]) if face_key is not None else None,
                         )
                         flag = carrier.embed(out_rgb, block, (w / 2, h / 2), min(w, h))
                     elif carries:
                         flag = carried[i] is not None and carried[i].complete
-                status = "fallback_blur" if err is not None else ("guard_blur" if blurred else "processed")
+                status = ("key_mismatch" if err == KEY_MISMATCH else "fallback_blur") if err is not None else ("guard_blur" if blurred else "processed")
                 rec = FaceRecord(
                     indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None
                 )

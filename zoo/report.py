@@ -23,7 +23,9 @@ class FaceRecord:
     box: list[float]  # [x0, y0, x1, y1]
     score: float
     landmarks: list[list[float]]  # 5 x [x, y]: left eye, right eye, nose, left mouth, right mouth
-    status: str = "processed"  # "processed" | "fallback_blur" (the method failed) | "guard_blur" (zoo.guard)
+    #: "processed" | "fallback_blur" (the method failed) | "guard_blur" (zoo.guard) | "key_mismatch" (recover: the key
+    #: does not reproduce the face's carried key check, so nothing was recovered and the face is left as it was)
+    status: str = "processed"
     error: str | None = None
     key_fingerprint: str | None = None
     latent_carried: bool | None = None  # reversible methods: the whole anonymized code rode in the image (zoo.carrier)
