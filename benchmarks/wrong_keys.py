@@ -124,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     from zoo.guard import guard_for
 
     eye, guard = DlibEye(), guard_for()
+    before = json.loads(out_path.with_suffix(".json").read_text()) if args.add and out_path.with_suffix(".json").is_file() else {}
     methods = [m for m in args.methods.split(",") if m]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds = {m: 0.0 for m in methods}
@@ -175,16 +176,21 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 rows[method].append(row)
                 print(method, name, i, row["status"], [k["dlib"] for k in per_face[i]], flush=True)
+        save(out_path, rows, before, seconds, command_line("benchmarks.wrong_keys", argv), args.keys)  # after every photo
+    print(f"wrote {out_path.with_suffix('.md')}")
+    return 0
 
-    if args.add and out_path.with_suffix(".json").is_file():
-        before = json.loads(out_path.with_suffix(".json").read_text())
-        ran = set(args.photos.split(","))
-        for m, per in before.get("methods", {}).items():
-            kept = [r for r in per["faces_rows"] if m not in methods or r["photo"] not in ran]
-            rows[m] = kept + rows.get(m, [])
+
+def save(out_path: Path, rows: dict[str, list[dict]], before: dict, seconds: dict[str, float], command: str, keys: int) -> None:
+    """The results file: ``rows`` of the methods run now, beside ``before``'s rows (``--add``) of other methods and of
+    photos not run now."""
+    merged = {m: list(per) for m, per in rows.items()}
+    for m, per in before.get("methods", {}).items():
+        done = {r["photo"] for r in rows.get(m, [])}
+        merged[m] = [r for r in per["faces_rows"] if r["photo"] not in done] + merged.get(m, [])
     result = {
-        "command": command_line("benchmarks.wrong_keys", argv),
-        "keys": args.keys,
+        "command": command if not before.get("command") else f"{before['command']} ; {command}",
+        "keys": keys,
         "methods": {
             m: {
                 "seconds_anonymize": round(seconds.get(m, 0.0), 1),
@@ -192,12 +198,10 @@ def main(argv: list[str] | None = None) -> int:
                 "held-out": summarise([r for r in per if r["split"] == "held-out"]),
                 "faces_rows": per,
             }
-            for m, per in rows.items()
+            for m, per in merged.items()
         },
     }
     write_report(result, out_path)
-    print(f"wrote {out_path.with_suffix('.md')}")
-    return 0
 
 
 if __name__ == "__main__":
