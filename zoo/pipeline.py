@@ -237,23 +237,12 @@ class DeidPipeline:
                     for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
                         flags[j] = False
                         if out is not None and lat is not None:
-                            block = carrier.CarriedLatent(
-                                tag,
-                                fr_indices[j],
-                                face.box.astype(np.float32),
-                                face.landmarks.astype(np.float32),
-                                lat["latent"],
-                                variant=variants[j],
-                                code=lat.get("code"),
-                                key_check=face_keys[j].carrier_check(variants[j]) if face_keys[j] is not None else None,
-                            )
+                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j])
                             flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
                 elif carries:
                     flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
                 for j, (face, err) in enumerate(zip(fr_faces, errors)):
-                    status = "processed" if err is None else ("key_mismatch" if err == KEY_MISMATCH else "fallback_blur")
-                    if err is None and checks[j] is not None and checks[j].blurred:
-                        status = "guard_blur"
+                    status = face_status(err, checks[j] is not None and checks[j].blurred)
                     records.append(
                         FaceRecord(
                             index=fr_indices[j],
@@ -406,20 +395,11 @@ class DeidPipeline:
                         flag = False
                     elif carries and operation == "anonymize":
                         (face_key,) = self.keys_for("anonymize", secret, [i])
-                        block = carrier.CarriedLatent(
-                            tag,
-                            i,
-                            np.array([0, 0, w, h], np.float32),
-                            np.zeros((5, 2), np.float32),
-                            lat["latent"],
-                            variant=variants[i],
-                            code=lat.get("code"),
-                            key_check=face_key.carrier_check(variants[i]) if face_key is not None else None,
-                        )
+                        block = carried_block(tag, i, np.array([0, 0, w, h]), np.zeros((5, 2)), lat, variants[i], face_key)
                         flag = carrier.embed(out_rgb, block, (w / 2, h / 2), min(w, h))
                     elif carries:
                         flag = carried[i] is not None and carried[i].complete
-                status = ("key_mismatch" if err == KEY_MISMATCH else "fallback_blur") if err is not None else ("guard_blur" if blurred else "processed")
+                status = face_status(err, blurred)
                 rec = FaceRecord(
                     indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None
                 )
@@ -456,6 +436,31 @@ class DeidPipeline:
             time.perf_counter() - t0,
             self.method.weights_text,
         )
+
+
+def face_status(error: str | None, blurred: bool) -> str:
+    """A face's report status (:class:`~zoo.report.FaceRecord`) from its processing error and the guard's blur."""
+    if error is not None:
+        return "key_mismatch" if error == KEY_MISMATCH else "fallback_blur"
+    return "guard_blur" if blurred else "processed"
+
+
+def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: int, key) -> Any:
+    """The :class:`~zoo.carrier.CarriedLatent` of one anonymized face: what the method carries (``carried``:
+    {"latent", optional "code"}), its place (``box`` [4], ``landmarks`` [5, 2], image pixels), the guard's key
+    ``variant`` and the check byte of the face's ``key`` (None: no key, no check)."""
+    from .carrier import CarriedLatent
+
+    return CarriedLatent(
+        tag,
+        index,
+        np.asarray(box, np.float32),
+        np.asarray(landmarks, np.float32),
+        carried["latent"],
+        variant=variant,
+        code=carried.get("code"),
+        key_check=key.carrier_check(variant) if key is not None else None,
+    )
 
 
 def compose(
