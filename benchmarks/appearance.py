@@ -38,7 +38,7 @@ import cv2
 import numpy as np
 
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
-from benchmarks.reconstruct_real import rate
+from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
 from zoo.detectors import DetectedFace
@@ -170,7 +170,7 @@ def _recovery_cells(s: dict) -> str:
     if "recovered_same" not in s:
         return "- | -"
     n = s["n"]
-    return f"{s['recovered_same']['k']}/{n} {s['recovered_same']['95ci']} / {s['recovered_closer']['k']}/{n} | {s['wrong_key_same']['k']}/{n} {s['wrong_key_same']['95ci']}"
+    return f"{rate_text(s['recovered_same'])} / {s['recovered_closer']['k']}/{n} | {rate_text(s['wrong_key_same'])}"
 
 
 def contact_sheet(photo: np.ndarray, columns: list[tuple[str, np.ndarray]], box: np.ndarray | None = None, height: int = 256) -> np.ndarray:
@@ -305,7 +305,7 @@ def write_report(result: dict, out_path: Path) -> None:
                 continue
             med = s["median"]
             md.append(
-                f"| {m} | {split} | {s['n']} | {s['guard_blurred']['k']}/{s['n']} | {s['detected']['k']}/{s['n']} | {s['same']['k']}/{s['n']} {s['same']['95ci']} | "
+                f"| {m} | {split} | {s['n']} | {s['guard_blurred']['k']}/{s['n']} | {s['detected']['k']}/{s['n']} | {rate_text(s['same'])} | "
                 f"{med['face_de']} | {med['ring_de']} | {med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
             )
     write_results(out_path, result, md)

@@ -22,7 +22,7 @@ import cv2
 import numpy as np
 
 from benchmarks.real_photos import labelled_faces, read_image
-from benchmarks.reconstruct_real import rate
+from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "recognizer_pairs"
@@ -116,11 +116,11 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for r in rows:
         sp, dp = r["same-person pairs called same"], r["different-person pairs called same"]
-        md.append(f"| {r['recognizer']} | {r['line']} | {r['cosine distance']} | {sp['k']}/{sp['n']} {sp['95ci']} | {dp['k']}/{dp['n']} {dp['95ci']} |")
+        md.append(f"| {r['recognizer']} | {r['line']} | {r['cosine distance']} | {rate_text(sp)} | {rate_text(dp)} |")
     s, df = either_rates["same-person pairs called same"], either_rates["different-person pairs called same"]
     md += [
         "",
-        f"Either recognizer at its blur floor (the guard's blur rule): same-person {s['k']}/{s['n']} {s['95ci']}, different-person {df['k']}/{df['n']} {df['95ci']}.",
+        f"Either recognizer at its blur floor (the guard's blur rule): same-person {rate_text(s)}, different-person {rate_text(df)}.",
     ]
     write_results(args.out, result, md)
     print("\n".join(md))

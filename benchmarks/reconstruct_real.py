@@ -53,6 +53,11 @@ def rate(k: int, n: int) -> dict:
     return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "95ci": [round(lo, 3), round(hi, 3)]}
 
 
+def rate_text(r: dict) -> str:
+    """A :func:`rate` as the results tables write it: ``k/n [lo, hi]``."""
+    return f"{r['k']}/{r['n']} {r['95ci']}"
+
+
 def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str) -> dict[int, tuple[torch.Tensor, float]]:
     """step -> (256 px image, seconds so far) for one FFHQ-aligned ``target [1,3,256,256]``: the start code (``start``
     "encoder": :func:`zoo.inversion.encode_wplus`; "w_avg": the average face) refined to ``max(checkpoints)`` steps;

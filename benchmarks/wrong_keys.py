@@ -35,7 +35,7 @@ import numpy as np
 
 from benchmarks.appearance import DlibEye, OriginalFace, box_iou
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
-from benchmarks.reconstruct_real import rate
+from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "wrong_keys"
@@ -92,12 +92,9 @@ def write_report(result: dict, out: Path) -> None:
             s = per[split]
             if not s.get("faces"):
                 continue
-            cells = [
-                f"{s[k]['k']}/{s[k]['n']} {s[k]['95ci']}" for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")
-            ]
-            jp = s["jpeg_face_keys_matched"]
+            cells = [rate_text(s[k]) for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")]
             lines.append(
-                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {jp['k']}/{jp['n']} {jp['95ci']} | {s['guard_blurred']} | {s['code_carried']} |"
+                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s['guard_blurred']} | {s['code_carried']} |"
             )
     matched = [
         f"{m}: {r['photo']}:{r['face']} ({sum(k['dlib'] < 0.6 for k in r['keys'])} keys)"
