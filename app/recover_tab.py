@@ -78,6 +78,9 @@ def _roundtrip_rgb(
             refused = sum(f.status == "key_mismatch" for f in res.faces)
             if refused:
                 cap += f" · key refused for {refused} face(s): nothing recovered"
+            no_code = sum(f.status == "no_code" for f in res.faces)
+            if no_code:
+                cap += f" · no carried code for {no_code} face(s): nothing recovered"
             gallery.append((path, cap))
         reports = {"anonymized": anon.report(), "recovered_right_key": right.report(), "recovered_wrong_key": wrong.report()}
         reports["wrong_key_fingerprint"] = Secret(wrong_key).fingerprint

@@ -12,10 +12,10 @@ place:
 * ``sface`` / ``faceres``: the privacy guard's two recognizers' cosine distances to the original, so the guard's own
   view of the same recoveries can be set beside the judge's;
 * the face's guard record (its kept variant, its own wrong-key probes, whether it was blurred and its code dropped);
-* ``refused``: the recovery refused the key (the face's carrier block holds a key check, :mod:`zoo.carrier`) and
-  left the anonymized face as it was;
+* ``refused``: the recovery refused the key (the face's carrier block holds a key check, :mod:`zoo.carrier`) or found
+  no block for the face, and left the anonymized face as it was;
 * beside them, the dlib distance of the anonymized face and of its right-key recovery (key ``wrong-keys``), and of
-  ``--jpeg-keys`` wrong-key recoveries of a JPEG (quality 95) copy, which no block survives.
+  ``--jpeg-keys`` wrong-key recoveries of a JPEG (quality 95) copy, which no block survives (each with ``refused``).
 
 Reported per split (``tuning`` / ``held-out``, :mod:`benchmarks.real_photos`): anonymized faces and right-key recoveries
 dlib matches, face-keys it matches, and faces for which at least one wrong key is matched, each with its 95% Wilson
@@ -68,6 +68,8 @@ def summarise(rows: list[dict]) -> dict:
         "faces_any_key_matched": rate(sum(any(k["dlib"] < 0.6 for k in r["keys"]) for r in rows), len(rows)),
         "jpeg_face_keys_matched": rate(sum(k["dlib"] < 0.6 for r in rows for k in r.get("jpeg_keys", [])), sum(len(r.get("jpeg_keys", [])) for r in rows)),
         "key_refused": sum(k.get("refused", False) for k in pairs),
+        "jpeg_refused": sum(k.get("refused", False) for r in rows for k in r.get("jpeg_keys", [])),
+        "jpeg_face_keys": sum(len(r.get("jpeg_keys", [])) for r in rows),
         "guard_blurred": sum(r["status"] == "guard_blur" for r in rows),
         "code_carried": sum(bool(r.get("latent_carried")) for r in rows),
         "median_dlib": round(float(np.median([k["dlib"] for k in pairs])), 4) if pairs else None,
@@ -82,10 +84,11 @@ def write_report(result: dict, out: Path) -> None:
         f"`{result['command']}`",
         "",
         f"Each face anonymized once at the method's defaults (guard on), then recovered from the lossless output with {result['keys']} "
-        "wrong keys (and from a JPEG q95 copy with other wrong keys). dlib judges at 0.6 at the original's place; k/n [95% Wilson interval].",
+        "wrong keys (and from a JPEG q95 copy with other wrong keys). dlib judges at 0.6 at the original's place; k/n [95% Wilson interval]. "
+        "Refused: recovery left the face as it was (the block's key check failed, or the face carries no block).",
         "",
-        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | guard blurred | code carried |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | JPEG copy: refused | guard blurred | code carried |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, per in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -94,7 +97,7 @@ def write_report(result: dict, out: Path) -> None:
                 continue
             cells = [rate_text(s[k]) for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")]
             lines.append(
-                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s['guard_blurred']} | {s['code_carried']} |"
+                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {s['guard_blurred']} | {s['code_carried']} |"
             )
     matched = [
         f"{m}: {r['photo']}:{r['face']} ({sum(k['dlib'] < 0.6 for k in r['keys'])} keys)"
@@ -139,14 +142,14 @@ def main(argv: list[str] | None = None) -> int:
             seconds[method] += time.perf_counter() - t0
             out = np.asarray(result)
             right = np.asarray(m.recover(out, key=KEY))
-            jpeg = [np.asarray(m.recover(jpeg_copy(out), key=attacker_key(j))) for j in range(args.jpeg_keys)]
+            jpeg = [m.recover(jpeg_copy(out), key=attacker_key(j)) for j in range(args.jpeg_keys)]
             per_face: list[list[dict]] = [[] for _ in refs]
             for j in range(args.keys):
                 attempt = m.recover(out, key=attacker_key(j))
                 wrong = np.asarray(attempt)
                 ours = guard.distances(originals, guard.photo_embeddings(wrong, [r.place for r in refs]))
                 for i, ref in enumerate(refs):
-                    refused = any(f.status == "key_mismatch" and box_iou(ref.box, np.asarray(f.box)) > 0.2 for f in attempt.faces)
+                    refused = any(f.status in ("key_mismatch", "no_code") and box_iou(ref.box, np.asarray(f.box)) > 0.2 for f in attempt.faces)
                     per_face[i].append(
                         {
                             "dlib": round(ref.distance(eye, wrong), 4),
@@ -168,7 +171,13 @@ def main(argv: list[str] | None = None) -> int:
                     "guard": record.guard if record is not None else None,
                     "anonymized_dlib": round(ref.distance(eye, out), 4),
                     "right_key_dlib": round(ref.distance(eye, right), 4),
-                    "jpeg_keys": [{"dlib": round(ref.distance(eye, img), 4)} for img in jpeg],
+                    "jpeg_keys": [
+                        {
+                            "dlib": round(ref.distance(eye, np.asarray(attempt)), 4),
+                            "refused": any(f.status in ("key_mismatch", "no_code") and box_iou(ref.box, np.asarray(f.box)) > 0.2 for f in attempt.faces),
+                        }
+                        for attempt in jpeg
+                    ],
                     "keys": per_face[i],
                 }
                 rows[method].append(row)

@@ -25,7 +25,7 @@ def test_block_round_trip_and_bounds():
     img = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
     before = img.copy()
     c = _block(rng)
-    assert carrier.embed(img, c, (155, 160), 110)
+    assert carrier.embed(img, c, (155, 160))
     changed = np.argwhere((img != before).any(-1))
     # only the block's pixels change, each channel by at most 3
     assert changed[:, 0].min() >= 160 - carrier.BLOCK_ROWS // 2 - 1 and changed[:, 0].max() <= 160 + carrier.BLOCK_ROWS // 2
@@ -42,17 +42,15 @@ def test_block_round_trip_and_bounds():
     np.testing.assert_allclose(moved.landmarks, c.landmarks - np.array([11, 7]))
 
 
-def test_small_faces_carry_nothing_and_blocks_never_overlap():
+def test_blocks_move_inside_the_image_and_never_overlap():
     rng = np.random.default_rng(1)
     img = rng.integers(0, 256, (200, 200, 3), dtype=np.uint8)
     before = img.copy()
     c = _block(rng)
-    assert not carrier.embed(img, c, (100, 100), carrier.MIN_FACE - 1)  # face too small
-    assert (img == before).all()
     taken = []
-    assert carrier.embed(img, c, (3, 100), 100, taken)  # at the image's edge: moved inside
+    assert carrier.embed(img, c, (3, 100), taken)  # at the image's edge: moved inside
     assert taken[0][0] == 0
-    assert carrier.embed(img, replace(c, index=4), (6, 105), 100, taken)  # on top of the first: moved beside it
+    assert carrier.embed(img, replace(c, index=4), (6, 105), taken)  # on top of the first: moved beside it
     (ax0, ay0, ax1, ay1), (bx0, by0, bx1, by1) = taken
     assert ax1 <= bx0 or bx1 <= ax0 or ay1 <= by0 or by1 <= ay0
     assert sorted(f.index for f in carrier.extract_all(img)) == [3, 4]
@@ -68,7 +66,7 @@ def test_a_code_rides_in_4_bit_steps_beside_the_head():
     img = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
     before = img.copy()
     taken = []
-    assert carrier.embed(img, c, (155, 160), 110, taken)
+    assert carrier.embed(img, c, (155, 160), taken)
     ((x0, y0, x1, y1),) = taken
     assert (x1 - x0, y1 - y0) == (width, height) and abs(x0 + width / 2 - 155) <= 1 and abs(y0 + height / 2 - 160) <= 1
     assert np.abs(img.astype(int) - before).max() <= 3
@@ -87,7 +85,7 @@ def test_a_code_rides_in_4_bit_steps_beside_the_head():
     assert found.complete and found.code_shape == (20, 512)
     # an image too small for the code: the head rides alone, and embed says the code did not
     small = rng.integers(0, 256, (60, 60, 3), dtype=np.uint8)
-    assert not carrier.embed(small, c, (30, 30), 50)
+    assert not carrier.embed(small, c, (30, 30))
     (alone,) = carrier.extract_all(small)
     assert alone.code is None and alone.index == c.index and alone.code_shape == (20, 512) and not alone.complete
 
@@ -95,7 +93,7 @@ def test_a_code_rides_in_4_bit_steps_beside_the_head():
 def test_damaged_blocks_are_ignored():
     rng = np.random.default_rng(2)
     img = rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)
-    assert carrier.embed(img, _block(rng), (60, 60), 100)
+    assert carrier.embed(img, _block(rng), (60, 60))
     buf = io.BytesIO()
     Image.fromarray(img).save(buf, format="JPEG", quality=95)
     assert carrier.extract_all(np.asarray(Image.open(buf).convert("RGB"))) == []
@@ -141,7 +139,8 @@ def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
     buf = io.BytesIO()
     anon[0].image.save(buf, format="JPEG", quality=95)
     jpeg_rec = personal.recover([buf.getvalue()], key="042917", aligned=True, refine_steps=0)[0]
-    assert jpeg_rec.faces[0].latent_carried is False
+    assert jpeg_rec.faces[0].latent_carried is False and jpeg_rec.faces[0].status == "no_code"
+    assert np.array_equal(np.asarray(jpeg_rec), np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB")))  # nothing redrawn
 
 
 def test_the_key_check_rides_and_tells_a_wrong_key():
@@ -153,12 +152,12 @@ def test_the_key_check_rides_and_tells_a_wrong_key():
         carrier.method_tag("personal"), 0, np.zeros(4, np.float32), np.zeros((5, 2), np.float32), np.zeros(100, np.float32), key_check=right.carrier_check(0)
     )
     img = np.zeros((120, 120, 3), np.uint8)
-    assert carrier.embed(img, block, (60, 60), 100)
+    assert carrier.embed(img, block, (60, 60))
     (found,) = carrier.extract_all(img)
     assert found.key_check == right.carrier_check(0) and found.key_matches(right) and not found.key_matches(wrong)
     unchecked = carrier.CarriedLatent(block.tag, 0, block.box, block.landmarks, block.latent)  # no check written
     img = np.zeros((120, 120, 3), np.uint8)
-    assert carrier.embed(img, unchecked, (60, 60), 100)
+    assert carrier.embed(img, unchecked, (60, 60))
     (found,) = carrier.extract_all(img)
     assert found.key_check is None and found.key_matches(wrong)
 
@@ -187,3 +186,25 @@ def test_photo_recovery_reads_every_face_and_reports_it(personal):
     wrong = personal.recover(arr, key="111111", refine_steps=0)  # the key check refuses it: every face stays as it was
     assert [f.status for f in wrong.faces] == ["key_mismatch"] * len(anon.faces)
     assert np.array_equal(np.asarray(wrong), arr)
+
+
+def test_a_small_face_carries_its_block_and_a_copy_without_it_recovers_nothing(personal):
+    """A face of about 30 px still gets a block (beside it if it does not fit on it), so a wrong key is refused;
+    a JPEG copy has no block, and recovery leaves every face of it as it is (status no_code)."""
+    from zoo.assets import example_images
+    from zoo.imageio import load_image
+
+    rgb, _ = load_image(example_images()["astronaut"])
+    small = np.asarray(Image.fromarray(rgb).resize((rgb.shape[1] // 4, rgb.shape[0] // 4), Image.Resampling.BOX))
+    anon = personal.anonymize(small, key="042917", refine_steps=0)
+    assert anon.faces and max(f.box[2] - f.box[0] for f in anon.faces) < 40
+    arr = np.asarray(anon)
+    assert len(carrier.extract_all(arr, tag=carrier.method_tag("personal"))) == len(anon.faces)
+    wrong = personal.recover(arr, key="111111", refine_steps=0)
+    assert [f.status for f in wrong.faces] == ["key_mismatch"] * len(anon.faces) and np.array_equal(np.asarray(wrong), arr)
+    buf = io.BytesIO()
+    anon.image.save(buf, format="JPEG", quality=95)
+    jpeg = np.asarray(Image.open(io.BytesIO(buf.getvalue())).convert("RGB"))
+    for key in ("042917", "111111"):
+        rec = personal.recover(jpeg, key=key, refine_steps=0)
+        assert rec.faces and {f.status for f in rec.faces} == {"no_code"} and np.array_equal(np.asarray(rec), jpeg)

@@ -76,7 +76,7 @@ def test_carrier_keeps_the_variant_and_reads_version_1_blocks():
     c = carrier.CarriedLatent(
         carrier.method_tag("dbaf"), 2, np.zeros(4, np.float32), np.zeros((5, 2), np.float32), rng.normal(size=100).astype(np.float32), variant=3
     )
-    assert carrier.embed(img, c, (60, 60), 100)
+    assert carrier.embed(img, c, (60, 60))
     (found,) = carrier.extract_all(img)
     assert found.variant == 3 and found.index == 2
     # a block written by the first format (no variant byte) still reads, as variant 0

@@ -30,9 +30,10 @@ lossless save (255 of 256 wrong keys are told so; one byte tells an attacker lit
 secret is not guessed byte by byte).
 
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
-save (JPEG), a resize or an edit destroys it, and recovery then re-encodes the face from its pixels (reported
-per face as ``latent_carried: false``). Faces smaller than :data:`MIN_FACE` px carry no block; a code that finds
-no free place in the image rides without its ``code`` (the head alone, ``latent_carried: false``).
+save (JPEG), a resize or an edit destroys it, and recovery then leaves the face as it is (status ``no_code``,
+:mod:`zoo.pipeline`: re-encoding the pixels gives the person back with no key, right or wrong). Every face gets a block, however small the face (the block need not lie
+on it: its head names the face's box); a code that finds no free place in the image rides without its ``code``
+(the head alone, with the key check, ``latent_carried: false``).
 """
 
 from __future__ import annotations
@@ -52,7 +53,6 @@ __all__ = [
     "quantize_code",
     "BLOCK_WIDTH",
     "BLOCK_ROWS",
-    "MIN_FACE",
     "CODE_SIGMAS",
 ]
 
@@ -66,7 +66,6 @@ _CODE_HEAD = struct.Struct("<HHHHI")  # version 3: block width, height, code row
 _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
 _KEY_CHECK = struct.Struct("<H")  # version 4: 1 + the key check byte (0: no check)
 BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + _KEY_CHECK.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
-MIN_FACE = int(np.ceil(1.6 * max(BLOCK_WIDTH, BLOCK_ROWS)))
 #: a code row's 4-bit steps span +-CODE_SIGMAS of its standard deviations (values beyond are clipped)
 CODE_SIGMAS = 4.0
 _CODE_LEVELS = 7  # q - 8 in -7..7
@@ -232,16 +231,14 @@ def _free_origin(shape: tuple[int, ...], center: tuple[float, float], width: int
     return int(gx[i]), int(gy[i])
 
 
-def embed(rgb: np.ndarray, carried: CarriedLatent, center: tuple[float, float], face_size: float, taken: list | None = None) -> bool:
+def embed(rgb: np.ndarray, carried: CarriedLatent, center: tuple[float, float], taken: list | None = None) -> bool:
     """Write ``carried`` into uint8 ``rgb`` [H,W,3] (in place), as close to ``center`` (x, y) as it fits.
 
     ``taken``: rectangles (x0, y0, x1, y1) of blocks already written (the new one is appended). Returns True when
-    everything ``carried`` holds was written; False when the face is smaller than :data:`MIN_FACE` or no place is
-    free (nothing written), or when its ``code`` found no place and the head rode alone.
+    everything ``carried`` holds was written; False when no place is free (nothing written), or when its ``code``
+    found no place and the head rode alone.
     """
     taken = taken if taken is not None else []
-    if face_size < MIN_FACE:
-        return False
     tries = [carried]
     if carried.code is not None:  # if the code finds no place: the head alone, saying which code it lacks
         tries.append(replace(carried, code=None, code_shape=tuple(np.asarray(carried.code).shape)))

@@ -192,6 +192,13 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
             refused = [f.index for f in result.faces if f.status == "key_mismatch"]
             if refused:
                 tqdm.write(f"warning: {path} [{name}]: the key does not match face(s) {refused}; nothing was recovered from them", file=sys.stderr)
+            no_code = [f.index for f in result.faces if f.status == "no_code"]
+            if no_code:
+                tqdm.write(
+                    f"warning: {path} [{name}]: face(s) {no_code} carry no code (a JPEG copy, a resize or an edit loses it); "
+                    "nothing was recovered from them: recover from the lossless image the tool wrote",
+                    file=sys.stderr,
+                )
             if args.quiet is False and bar.disable:
                 fb = f", fallback blur on faces {result.fallbacks}" if result.fallbacks else ""
                 print(f"{path} -> {image_path} ({len(result.faces)} face(s){fb})", file=sys.stderr)

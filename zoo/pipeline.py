@@ -34,6 +34,12 @@ __all__ = ["DeidPipeline", "compose", "attach_carried", "RUN_OPTIONS"]
 log = logging.getLogger(__name__)
 #: the error of a face whose carried key check the given key does not reproduce (recover; status "key_mismatch")
 KEY_MISMATCH = "the key does not match this face's carried code (a wrong key recovers nothing)"
+#: the error of a face with no carried code (recover, methods that carry one; status "no_code"): a lossy copy, a
+#: resize or an edit destroyed it, or the tool never anonymized the face. Re-inverting the pixels gives neither the
+#: person back with the right key nor a guaranteed stranger with a wrong one, so recovery leaves the face as it is.
+NO_CODE = "no carried code for this face (recover from the lossless image the tool wrote; a JPEG copy, a resize or an edit loses it)"
+#: recover errors that leave a face exactly as it was
+REFUSED = (KEY_MISMATCH, NO_CODE)
 
 ImageLike = Any  # PIL.Image.Image | np.ndarray (uint8 HxWx3) | str | os.PathLike | bytes | DeidResult
 
@@ -218,7 +224,7 @@ class DeidPipeline:
             variants, checks = variants_all[sl], checks_all[sl]
             pos += n
             infos: list = [None] * n
-            done = [j for j in range(n) if errors[j] != KEY_MISMATCH]  # a face the key does not open stays as it was
+            done = [j for j in range(n) if errors[j] not in REFUSED]  # a face recovery refuses stays as it was
             got: list = []
             canvas = compose(
                 rgb, [fr_faces[j] for j in done], [aligned_faces[j].matrix for j in done], [outs[j] for j in done], got, self.method.draws_new_face
@@ -234,11 +240,13 @@ class DeidPipeline:
                 if carries and operation == "anonymize":  # after every paste, so no face covers another's block
                     taken: list = []
                     face_keys = self.keys_for("anonymize", secret, fr_indices)
-                    for j, (face, out, lat) in enumerate(zip(fr_faces, outs, latents)):
+                    # the largest faces place their blocks first; a small face's block may ride beside it
+                    for j in sorted(range(n), key=lambda j: -min(fr_faces[j].width, fr_faces[j].height)):
+                        face, out, lat = fr_faces[j], outs[j], latents[j]
                         flags[j] = False
                         if out is not None and lat is not None:
                             block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j])
-                            flags[j] = carrier.embed(canvas, block, face.center, min(face.width, face.height), taken)
+                            flags[j] = carrier.embed(canvas, block, face.center, taken)
                 elif carries:
                     flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
                 for j, (face, err) in enumerate(zip(fr_faces, errors)):
@@ -272,11 +280,13 @@ class DeidPipeline:
         outs: list = [None] * n
         errors: list = [None] * n
         latents: list = [None] * n
-        for i, c in enumerate(carried):  # a wrong key recovers nothing from a face whose block says so
-            if operation == "recover" and isinstance(c, CarriedLatent) and not c.key_matches(keys[i]):
+        for i, c in enumerate(carried):  # a wrong key, or no code, recovers nothing
+            if operation == "recover" and self.method.carries_latent and c is None:
+                errors[i] = NO_CODE
+            elif operation == "recover" and isinstance(c, CarriedLatent) and not c.key_matches(keys[i]):
                 errors[i] = KEY_MISMATCH
         for v in sorted(set(variants)):
-            ids = [i for i in range(n) if variants[i] == v and errors[i] != KEY_MISMATCH]
+            ids = [i for i in range(n) if variants[i] == v and errors[i] not in REFUSED]
             if not ids:
                 continue
             k, ctl = self.method.guard_variant([keys[i] for i in ids], controls, v)
@@ -385,7 +395,7 @@ class DeidPipeline:
                 h, w = rgb.shape[:2]
                 flag = None
                 blurred = checks[i] is not None and checks[i].blurred
-                if err == KEY_MISMATCH:
+                if err in REFUSED:
                     out_rgb = np.array(rgb, copy=True)
                 elif out is None:
                     out_rgb = paste.blur_hard(rgb)
@@ -396,9 +406,9 @@ class DeidPipeline:
                     elif carries and operation == "anonymize":
                         (face_key,) = self.keys_for("anonymize", secret, [i])
                         block = carried_block(tag, i, np.array([0, 0, w, h]), np.zeros((5, 2)), lat, variants[i], face_key)
-                        flag = carrier.embed(out_rgb, block, (w / 2, h / 2), min(w, h))
-                    elif carries:
-                        flag = carried[i] is not None and carried[i].complete
+                        flag = carrier.embed(out_rgb, block, (w / 2, h / 2))
+                if carries and operation == "recover":
+                    flag = carried[i] is not None and carried[i].complete
                 status = face_status(err, blurred)
                 rec = FaceRecord(
                     indices[i], [0.0, 0.0, float(w), float(h)], 1.0, [], status, err, fingerprint, flag, checks[i].as_dict() if checks[i] is not None else None
@@ -441,7 +451,7 @@ class DeidPipeline:
 def face_status(error: str | None, blurred: bool) -> str:
     """A face's report status (:class:`~zoo.report.FaceRecord`) from its processing error and the guard's blur."""
     if error is not None:
-        return "key_mismatch" if error == KEY_MISMATCH else "fallback_blur"
+        return {KEY_MISMATCH: "key_mismatch", NO_CODE: "no_code"}.get(error, "fallback_blur")
     return "guard_blur" if blurred else "processed"
 
 

@@ -24,7 +24,8 @@ class FaceRecord:
     score: float
     landmarks: list[list[float]]  # 5 x [x, y]: left eye, right eye, nose, left mouth, right mouth
     #: "processed" | "fallback_blur" (the method failed) | "guard_blur" (zoo.guard) | "key_mismatch" (recover: the key
-    #: does not reproduce the face's carried key check, so nothing was recovered and the face is left as it was)
+    #: does not reproduce the face's carried key check) | "no_code" (recover: the face carries no code, e.g. a JPEG
+    #: copy); after "key_mismatch" or "no_code" nothing was recovered and the face is left as it was
     status: str = "processed"
     error: str | None = None
     key_fingerprint: str | None = None

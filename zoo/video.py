@@ -23,7 +23,7 @@ How it works (two passes over the decoded frames, so a clip of any length never 
    cannot hold the original audio codec).
 
 Recovery: a lossy codec destroys the latent carrier (:mod:`zoo.carrier`: the low bits of the pixels),
-so the demo methods then re-encode each face from its pixels; ``lossless=True`` at anonymize time
+and recovery then leaves each face as it is (status ``no_code``); ``lossless=True`` at anonymize time
 keeps the carrier intact and recovery exact. :func:`recover_video` uses the anonymize report's
 per-frame faces and track ids when it is given (``faces_from=``; the CLI finds ``<video>.json`` next
 to the video), else it detects and tracks the anonymized clip itself.
@@ -299,7 +299,8 @@ def recover_video(
 
     ``faces_from``: the anonymize report (dict or JSON path) whose per-frame faces and track ids are
     used as they are (no detection); without it the anonymized clip is detected and tracked again.
-    Carried latents (demo methods, lossless clips) are used when intact.
+    Carried latents (demo methods, lossless clips) are used when intact; a face without one (a lossy clip) is left
+    as it is (status ``no_code``).
     """
     if not method.reversible:
         raise NotImplementedError(f"method {method.name!r} is not reversible")
