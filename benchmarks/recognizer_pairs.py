@@ -1,11 +1,13 @@
 """The privacy guard's two recognizers on real photographs of the same people: where do its lines fall?
 
-    python -m benchmarks.recognizer_pairs        # -> results/recognizer_pairs.{json,md}
+    python -m benchmarks.recognizer_pairs                    # -> results/recognizer_pairs.{json,md}
+    python -m benchmarks.recognizer_pairs --face-px 40 --out benchmarks/results/recognizer_pairs_40px
 
 Labelled faces: :data:`benchmarks.real_photos.LABELLED_FACES` (dlib 19.5.0's example "johns": 5 people, 11 different
 photographs each, 150 px chips; fetched by ``python -m benchmarks.real_photos --fetch``). Each chip is padded by
-reflection, its face found by the zoo's detector and FFHQ-aligned at 256 px, then embedded by SFace and FaceRes
-(:class:`zoo.guard.PrivacyGuard`). Same-person pairs: two photographs of one person (5 x 55); different-person
+reflection, its face found by the zoo's detector (with ``--face-px``, the padded chip is then area-downscaled so
+that the face's box is that wide: a small face in a group photo), and embedded by SFace and FaceRes at its place,
+as the guard measures a face in a photo (:meth:`zoo.guard.PrivacyGuard.photo_embeddings`). Same-person pairs: two photographs of one person (5 x 55); different-person
 pairs: photographs of two people (10 x 121). For each recognizer, at the guard's blur floor and re-key target
 (:mod:`zoo.guard`), the share of same-person pairs it calls the same person (its recall: what the guard can catch)
 and of different-person pairs it calls the same (false matches), with 95% Wilson intervals. No photograph here is
@@ -28,12 +30,14 @@ from benchmarks.report import command_line, write_results
 OUT = Path(__file__).resolve().parent / "results" / "recognizer_pairs"
 
 
-def aligned_crops(paths: list[Path], size: int = 256) -> tuple[np.ndarray, list[int]]:
-    """uint8 FFHQ-aligned crops ``[M, size, size, 3]`` of the chips the detector finds a face in, and their indices."""
-    from zoo.alignment import align_face
+def chip_faces(paths: list[Path], face_px: int | None = None) -> tuple[list[tuple[np.ndarray, object]], list[int]]:
+    """(padded chip uint8 [H,W,3], its detected face) for every chip the detector finds a face in, and their indices.
+    ``face_px``: the chip area-downscaled so that the face's box is that many pixels wide (the face as a photo holds
+    it: a small face in a group photo), box and landmarks scaled with it."""
     from zoo.detection import detect_faces
+    from zoo.detectors import DetectedFace
 
-    crops, kept = [], []
+    found, kept = [], []
     for i, path in enumerate(paths):
         chip = read_image(path)
         pad = chip.shape[0] // 2
@@ -43,14 +47,25 @@ def aligned_crops(paths: list[Path], size: int = 256) -> tuple[np.ndarray, list[
             continue
         centre = np.array(padded.shape[1::-1], float) / 2
         face = min(faces, key=lambda f: float(np.hypot(*(np.asarray(f.center) - centre))))  # the chip's own face
-        crops.append(align_face(padded, face.landmarks, size).crop)
+        if face_px is not None:
+            scale = face_px / float(face.box[2] - face.box[0])
+            size = (max(1, round(padded.shape[1] * scale)), max(1, round(padded.shape[0] * scale)))
+            padded = cv2.resize(padded, size, interpolation=cv2.INTER_AREA)
+            face = DetectedFace(face.box * scale, face.landmarks * scale, face.score, face.detector)
+        found.append((padded, face))
         kept.append(i)
-    return np.stack(crops), kept
+    return found, kept
+
+
+def embeddings_at_place(guard, found: list) -> np.ndarray:
+    """The guard's embeddings ``[M, D]`` of each chip's face at its place, as it measures a face in a photo."""
+    return np.concatenate([guard.photo_embeddings(rgb, [face]) for rgb, face in found])
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
+    ap.add_argument("--face-px", type=int, default=None, help="measure each face area-downscaled to this box width (px)")
     args = ap.parse_args(argv)
     from zoo.guard import guard_for
 
@@ -60,9 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     guard = guard_for()
     embeddings, owner, missed = [], [], 0
     for person, paths in people.items():
-        crops, kept = aligned_crops(paths)
+        found, kept = chip_faces(paths, args.face_px)
         missed += len(paths) - len(kept)
-        embeddings.append(guard.crop_embeddings(crops))
+        embeddings.append(embeddings_at_place(guard, found))
         owner += [person] * len(kept)
     emb = np.concatenate(embeddings)
     pairs = list(combinations(range(len(owner)), 2))
@@ -95,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line("benchmarks.recognizer_pairs", argv),
         "people": len(people),
         "faces": len(owner),
+        "face_px": args.face_px,
         "chips_without_a_face": missed,
         "rows": rows,
         "either_at_blur_floor": either_rates,
@@ -108,7 +124,8 @@ def main(argv: list[str] | None = None) -> int:
         f"`{result['command']}`",
         "",
         f"{result['people']} people, {result['faces']} photographs ({missed} chips without a detected face), "
-        f'{int(same.sum())} same-person and {int((~same).sum())} different-person pairs (dlib 19.5.0\'s example "johns"). '
+        + (f"each face area-downscaled to a {args.face_px} px box, " if args.face_px else "")
+        + f'{int(same.sum())} same-person and {int((~same).sum())} different-person pairs (dlib 19.5.0\'s example "johns"). '
         "Called same = cosine distance below the line; k/n [95% Wilson interval].",
         "",
         "| recognizer | line | cosine distance | same-person pairs called same | different-person pairs called same |",
