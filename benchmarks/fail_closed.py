@@ -1,9 +1,8 @@
 """Fail closed on real photos under every transform, for every method at its defaults: faces dlib still matches,
 faces left untouched, and what a wrong key gives back.
 
-Photos: :data:`benchmarks.real_photos.REAL_PHOTOS`, split before measuring into **tuning** (insightface's t1.jpg,
-6 faces; face_recognition's biden) and **held-out** (astronaut, camera, grace_hopper, Tom Hanks, five photos of
-Obama; nothing was tuned on them). Each photo runs as taken, turned 90/180/270, mirrored, at 0.25x and in
+Photos: :data:`benchmarks.real_photos.REAL_PHOTOS`, split by person before measuring into **tuning** and
+**held-out** (:func:`benchmarks.real_photos.split_of`; nothing was tuned on the held-out photos). Each photo runs as taken, turned 90/180/270, mirrored, at 0.25x and in
 grey, through ``method.anonymize`` at the method's defaults (detection, privacy guard and all). The output is turned
 back upright and every known face (dlib CNN annotation) is judged at its original place:
 
