@@ -139,18 +139,26 @@ def main(argv: list[str] | None = None) -> int:
         if before.get("split") == result["split"]:
             result["methods"] = {**{m: e for m, e in before["methods"].items() if m not in result["methods"]}, **result["methods"]}
             result["command"] = before["command"] + " ; " + result["command"]
+    write_report(result, list(photos), a.transforms.split(","), a.out)
+    return 0
+
+
+def write_report(result: dict, photos: list[str], transforms: list[str], out: Path) -> None:
+    """``out``.{json,md}: the table of ``result`` (methods x splits) over ``photos`` and ``transforms``."""
     lines = [
-        f"# Fail closed on real photos x {len(a.transforms.split(','))} transform(s)",
+        f"# Fail closed on real photos x {len(transforms)} transform(s)",
         "",
         f"`{result['command']}`",
         "",
-        "Tuning: "
-        + ", ".join(k for k in photos if RP.split_of(k) == "tuning")
-        + ". Held-out: "
-        + ", ".join(k for k in photos if RP.split_of(k) == "held-out")
-        + ". Transforms: "
-        + ", ".join(a.transforms.split(","))
-        + ".",
+        " ".join(
+            f"{label}: {', '.join(names)}."
+            for label, names in (
+                ("Tuning", [k for k in photos if RP.split_of(k) == "tuning"]),
+                ("Held-out", [k for k in photos if RP.split_of(k) == "held-out"]),
+                ("Transforms", transforms),
+            )
+            if names
+        ),
         "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes: median cosine",
         "distance to the original (the guard's two recognizers). Wrong key: the output recovered with another key.",
         "",
@@ -171,9 +179,8 @@ def main(argv: list[str] | None = None) -> int:
             )
     all_leaks = [f"{m}: {', '.join(e['leaks'])}" for m, e in result["methods"].items() if e["leaks"]]
     lines += ["", "Faces matched or untouched: " + ("; ".join(all_leaks) if all_leaks else "none") + "."]
-    write_results(a.out, result, lines)
+    write_results(out, result, lines)
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":
