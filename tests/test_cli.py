@@ -201,3 +201,17 @@ def test_sigterm_and_ctrl_c_leave_no_temporary_file(photos, tmp_path, signame):
     rc = proc.wait(timeout=120)
     assert rc in (0, 128 + sig, 1, 130, -sig)  # finished, or stopped by the signal (Ctrl-C: KeyboardInterrupt)
     assert not [p for p in out.rglob("*") if p.name.endswith(".tmp")]
+
+
+def test_recover_leaves_faces_without_a_carried_code_as_they_are_and_says_so(tmp_path, astronaut_rgb, capsys):
+    """A JPEG holds no carrier block (here: a photo the tool never anonymized): every face is reported no_code, the
+    image comes back unchanged, and the CLI warns once per file."""
+    src = tmp_path / "copy.jpg"
+    Image.fromarray(astronaut_rgb).save(src, quality=95)
+    out = tmp_path / "out"
+    assert main(["recover", str(src), "-m", "personal", "--key", SECRET, "--out", str(out), "-q"]) == 0
+    err = capsys.readouterr().err
+    assert "carry no code" in err and "nothing was recovered" in err
+    report = json.loads((out / "copy__personal_recovered.json").read_text())
+    assert report["faces"] and {f["status"] for f in report["faces"]} == {"no_code"}
+    assert np.array_equal(np.asarray(Image.open(out / "copy__personal_recovered.png").convert("RGB")), np.asarray(Image.open(src).convert("RGB")))
