@@ -56,6 +56,12 @@ def jpeg_copy(rgb: np.ndarray, quality: int = 95) -> np.ndarray:
     return np.ascontiguousarray(bgr[:, :, ::-1])
 
 
+def refused_at(result, box: np.ndarray) -> bool:
+    """Whether recovery ``result`` (a :class:`~zoo.report.DeidResult`) left the face at ``box`` as it was: its key
+    refused (``key_mismatch``) or no carried code (``no_code``)."""
+    return any(f.status in ("key_mismatch", "no_code") and box_iou(box, np.asarray(f.box)) > 0.2 for f in result.faces)
+
+
 def summarise(rows: list[dict]) -> dict:
     """Face-key and per-face rates of dlib matches over ``rows`` (one per face, each with its ``keys`` list)."""
     pairs = [k for r in rows for k in r["keys"]]
@@ -149,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 wrong = np.asarray(attempt)
                 ours = guard.distances(originals, guard.photo_embeddings(wrong, [r.place for r in refs]))
                 for i, ref in enumerate(refs):
-                    refused = any(f.status in ("key_mismatch", "no_code") and box_iou(ref.box, np.asarray(f.box)) > 0.2 for f in attempt.faces)
+                    refused = refused_at(attempt, ref.box)
                     per_face[i].append(
                         {
                             "dlib": round(ref.distance(eye, wrong), 4),
@@ -174,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
                     "jpeg_keys": [
                         {
                             "dlib": round(ref.distance(eye, np.asarray(attempt)), 4),
-                            "refused": any(f.status in ("key_mismatch", "no_code") and box_iou(ref.box, np.asarray(f.box)) > 0.2 for f in attempt.faces),
+                            "refused": refused_at(attempt, ref.box),
                         }
                         for attempt in jpeg
                     ],

@@ -41,6 +41,13 @@ from .cli_args import VIDEO_EXTS, CLIError, expand_inputs, parse_controls, parse
 from .cli_commands import GENERATOR_NAMES as GENERATOR_NAMES
 from .cli_commands import cmd_anonymize_dataset, cmd_generate, cmd_info, cmd_list, cmd_reconstruct
 
+#: recover statuses that leave a face as it was (zoo.pipeline), and the warning each gets ({} = the face indices)
+_REFUSED_WARNINGS = {
+    "key_mismatch": "the key does not match face(s) {}; nothing was recovered from them",
+    "no_code": "face(s) {} carry no code (a JPEG copy, a resize or an edit loses it); nothing was recovered from them: "
+    "recover from the lossless image the tool wrote",
+}
+
 
 def output_paths(out_dir: Path, stem: Path, method: str, operation: str, used: set[Path], ext: str = ".png") -> tuple[Path, Path]:
     suffix = f"__{method}" + ("_recovered" if operation == "recover" else "")
@@ -189,16 +196,10 @@ def _run_images(args: argparse.Namespace, operation: str) -> int:
             save_image_atomic(result.image, image_path)
             write_text_atomic(json.dumps(report, indent=2) + "\n", report_path)
             done += 1
-            refused = [f.index for f in result.faces if f.status == "key_mismatch"]
-            if refused:
-                tqdm.write(f"warning: {path} [{name}]: the key does not match face(s) {refused}; nothing was recovered from them", file=sys.stderr)
-            no_code = [f.index for f in result.faces if f.status == "no_code"]
-            if no_code:
-                tqdm.write(
-                    f"warning: {path} [{name}]: face(s) {no_code} carry no code (a JPEG copy, a resize or an edit loses it); "
-                    "nothing was recovered from them: recover from the lossless image the tool wrote",
-                    file=sys.stderr,
-                )
+            for status, why in _REFUSED_WARNINGS.items():
+                refused = [f.index for f in result.faces if f.status == status]
+                if refused:
+                    tqdm.write(f"warning: {path} [{name}]: " + why.format(refused), file=sys.stderr)
             if args.quiet is False and bar.disable:
                 fb = f", fallback blur on faces {result.fallbacks}" if result.fallbacks else ""
                 print(f"{path} -> {image_path} ({len(result.faces)} face(s){fb})", file=sys.stderr)
