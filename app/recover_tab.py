@@ -95,8 +95,8 @@ def _roundtrip_rgb(
     status = (
         f"Key `{Secret(key).fingerprint}`{' (a fresh random key for this run)' if random_key else ''}, "
         f"wrong key `{Secret(wrong_key).fingerprint}`. "
-        "Recovery reads the anonymized PNG back from disk, as it would be after a download; each face's block holds a "
-        "key check, so a wrong key recovers nothing from it."
+        "Recovery reads the anonymized PNG back from disk, as it would be after a download; each face's block is "
+        "sealed with its key, so a wrong key recovers nothing from it."
     )
     if notes:
         status += "\n\n" + "\n\n".join(notes)

@@ -15,7 +15,11 @@ place:
 * ``refused``: the recovery refused the key (the face's carrier block holds a key check, :mod:`zoo.carrier`) or found
   no block for the face, and left the anonymized face as it was;
 * beside them, the dlib distance of the anonymized face and of its right-key recovery (key ``wrong-keys``), and of
-  ``--jpeg-keys`` wrong-key recoveries of a JPEG (quality 95) copy, which no block survives (each with ``refused``).
+  ``--jpeg-keys`` wrong-key recoveries of a JPEG (quality 95) copy, which no block survives (each with ``refused``);
+* ``--reinvert-keys``: what someone without the key can still do with a method's code: re-invert the anonymized
+  face's pixels (the block, sealed, is of no use to them) and apply the method's inverse with keys of their own.
+
+``--no-probe`` turns off the privacy guard's wrong-key probe (``guard_wrong_key_check``) for the run.
 
 Reported per split (``tuning`` / ``held-out``, :mod:`benchmarks.real_photos`): anonymized faces and right-key recoveries
 dlib matches, face-keys it matches, and faces for which at least one wrong key is matched, each with its 95% Wilson
@@ -26,9 +30,11 @@ interval. Writes
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import time
 from pathlib import Path
+from typing import Iterator
 
 import cv2
 import numpy as np
@@ -62,6 +68,17 @@ def refused_at(result, box: np.ndarray) -> bool:
     return any(f.status in ("key_mismatch", "no_code") and box_iou(box, np.asarray(f.box)) > 0.2 for f in result.faces)
 
 
+@contextlib.contextmanager
+def ignoring_the_blocks(method) -> Iterator[None]:
+    """Within: ``method.recover`` re-inverts every face's pixels and reads no block (what someone without the key, for
+    whom the sealed block holds nothing, can run)."""
+    method.carries_latent = False
+    try:
+        yield
+    finally:
+        del method.carries_latent
+
+
 def summarise(rows: list[dict]) -> dict:
     """Face-key and per-face rates of dlib matches over ``rows`` (one per face, each with its ``keys`` list)."""
     pairs = [k for r in rows for k in r["keys"]]
@@ -76,6 +93,9 @@ def summarise(rows: list[dict]) -> dict:
         "key_refused": sum(k.get("refused", False) for k in pairs),
         "jpeg_refused": sum(k.get("refused", False) for r in rows for k in r.get("jpeg_keys", [])),
         "jpeg_face_keys": sum(len(r.get("jpeg_keys", [])) for r in rows),
+        "reinvert_face_keys_matched": rate(
+            sum(k["dlib"] < 0.6 for r in rows for k in r.get("reinvert_keys", [])), sum(len(r.get("reinvert_keys", [])) for r in rows)
+        ),
         "guard_blurred": sum(r["status"] == "guard_blur" for r in rows),
         "code_carried": sum(bool(r.get("latent_carried")) for r in rows),
         "median_dlib": round(float(np.median([k["dlib"] for k in pairs])), 4) if pairs else None,
@@ -93,8 +113,8 @@ def write_report(result: dict, out: Path) -> None:
         "wrong keys (and from a JPEG q95 copy with other wrong keys). dlib judges at 0.6 at the original's place; k/n [95% Wilson interval]. "
         "Refused: recovery left the face as it was (the block's key check failed, or the face carries no block).",
         "",
-        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | JPEG copy: refused | guard blurred | code carried |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | JPEG copy: refused | re-inverted pixels, own key: matched | guard blurred | code carried |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, per in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -103,7 +123,7 @@ def write_report(result: dict, out: Path) -> None:
                 continue
             cells = [rate_text(s[k]) for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")]
             lines.append(
-                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {s['guard_blurred']} | {s['code_carried']} |"
+                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {rate_text(s['reinvert_face_keys_matched']) if 'reinvert_face_keys_matched' in s else '-'} | {s['guard_blurred']} | {s['code_carried']} |"
             )
     matched = [
         f"{m}: {r['photo']}:{r['face']} ({sum(k['dlib'] < 0.6 for k in r['keys'])} keys)"
@@ -121,6 +141,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--keys", type=int, default=8, help="wrong keys per face")
     ap.add_argument("--jpeg-keys", type=int, default=1, help="wrong keys per face on a JPEG (quality 95) copy")
+    ap.add_argument("--reinvert-keys", type=int, default=0, help="own keys per face applied to the re-inverted pixels (no block)")
+    ap.add_argument("--no-probe", action="store_true", help="the privacy guard's wrong-key probe off (guard_wrong_key_check)")
     ap.add_argument("--add", action="store_true", help="keep the results file's rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
@@ -143,12 +165,16 @@ def main(argv: list[str] | None = None) -> int:
         originals = guard.photo_embeddings(rgb, [r.place for r in refs])
         for method in methods:
             m = zoo.load(method)
+            if args.no_probe:
+                m.guard_wrong_key_check = False
             t0 = time.perf_counter()
             result = m.anonymize(rgb, key=KEY)
             seconds[method] += time.perf_counter() - t0
             out = np.asarray(result)
             right = np.asarray(m.recover(out, key=KEY))
             jpeg = [m.recover(jpeg_copy(out), key=attacker_key(j)) for j in range(args.jpeg_keys)]
+            with ignoring_the_blocks(m):
+                reinverted = [np.asarray(m.recover(out, key=attacker_key(100 + j))) for j in range(args.reinvert_keys)]
             per_face: list[list[dict]] = [[] for _ in refs]
             for j in range(args.keys):
                 attempt = m.recover(out, key=attacker_key(j))
@@ -186,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
                     ],
                     "keys": per_face[i],
                 }
+                if reinverted:
+                    row["reinvert_keys"] = [{"dlib": round(ref.distance(eye, r), 4)} for r in reinverted]
                 rows[method].append(row)
                 print(method, name, i, row["status"], [k["dlib"] for k in per_face[i]], flush=True)
         save(out_path, rows, before, seconds, command_line("benchmarks.wrong_keys", argv), args.keys)  # after every photo

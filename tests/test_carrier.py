@@ -90,6 +90,42 @@ def test_a_code_rides_in_4_bit_steps_beside_the_head():
     assert alone.code is None and alone.index == c.index and alone.code_shape == (20, 512) and not alone.complete
 
 
+def test_a_sealed_block_opens_only_with_its_key():
+    """A block written with the face's key holds its latent and code sealed: without the key they are not in the
+    pixels; the right key opens them, a wrong key does not (also where its check byte happens to match)."""
+    from zoo.keys import Secret
+
+    rng = np.random.default_rng(7)
+    right, wrong = Secret("seal test").derive("personal", 0), Secret("other key").derive("personal", 0)
+    code = rng.normal(0.0, 0.3, size=(20, 512)).astype(np.float32)
+    c = replace(_block(rng), code=code, variant=2, key_check=right.carrier_check(2), key=right)
+    latent_bytes = np.asarray(c.latent, np.float16).tobytes()
+
+    def head_bytes(block):
+        img = rng.integers(0, 256, (300, 400, 3), dtype=np.uint8)
+        taken = []
+        assert carrier.embed(img, block, (155, 160), taken)
+        x0, y0 = taken[0][:2]
+        return img, carrier._bytes((img[y0 : y0 + carrier.BLOCK_ROWS, x0 : x0 + carrier.BLOCK_WIDTH] & 3).reshape(-1))
+
+    assert latent_bytes in head_bytes(replace(c, key=None))[1]  # unsealed, the latent is in the low bits
+    img, head = head_bytes(c)
+    assert latent_bytes[:8] not in head  # sealed, it is not
+    (found,) = carrier.extract_all(img)  # the block is found and intact without the key
+    assert found.latent is None and found.code is None and found.complete and found.variant == 2
+    with pytest.raises(ValueError, match="sealed"):
+        found.values()
+    opened = found.opened(right)
+    assert found.key_matches(right) and opened is not None
+    np.testing.assert_allclose(opened.latent, c.latent, atol=2e-3)
+    assert np.abs(opened.code - code).max() < 0.3 and set(opened.values()) == {"latent", "code"}
+    assert found.opened(wrong) is None and not found.key_matches(wrong)
+    same_byte = replace(found, key_check=None)  # a wrong key whose check byte matched: the seal still refuses it
+    assert not same_byte.key_matches(wrong) and same_byte.key_matches(right)
+    other_variant = replace(found, variant=1, key_check=None)  # the variant is part of the seal's key
+    assert other_variant.opened(right) is None
+
+
 def test_damaged_blocks_are_ignored():
     rng = np.random.default_rng(2)
     img = rng.integers(0, 256, (120, 120, 3), dtype=np.uint8)
@@ -124,6 +160,9 @@ def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
         buf = io.BytesIO()
         r.image.save(buf, format="PNG")
         saved.append(buf.getvalue())
+    for data in saved:  # each block is sealed with its face's key
+        (block,) = carrier.extract_all(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+        assert block.sealed_latent is not None and block.latent is None
     rec = personal.recover(saved, key="042917", aligned=True, refine_steps=0)
     wrong = personal.recover(saved, key="111111", aligned=True, refine_steps=0)
     recon = personal.reconstruction(list(x), aligned=True, refine_steps=0)

@@ -280,7 +280,7 @@ def test_wrong_key_distance_is_the_nearest_recovery_with_the_stand_in_keys(monke
             wrong = [keys[i].wrong_key(number)]
             k, ctl = (wrong, controls) if g["variant"] == 0 else m.guard_variant(wrong, controls, g["variant"])
             with torch.inference_mode():
-                y = m.recover_faces(to_tensor(x[i : i + 1], 64), k, carried=[block.latent], **ctl)
+                y = m.recover_faces(to_tensor(x[i : i + 1], 64), k, carried=[block.opened(keys[i]).latent], **ctl)
             d.append(float(sface.distance(sface.embed_aligned(x[i : i + 1]), sface.embed_aligned(from_tensor(y)))[0]))
         assert len({round(v, 3) for v in d}) == 3, d  # three different keys, three different recoveries
         assert abs(min(d) - g["wrong_key_distance"]) < 0.02, (d, g)

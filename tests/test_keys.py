@@ -182,3 +182,19 @@ def test_a_keyless_run_uses_a_random_secret_without_stretching_it(monkeypatch, t
     assert not np.array_equal(one, two)
     with pytest.raises(AssertionError, match="PBKDF2"):
         Secret("a human key")  # a given key is still stretched
+
+
+def test_carrier_stream_depends_on_key_variant_and_part():
+    """The keystream that seals a carried code: any length (past HKDF's 8160 bytes per info string), a prefix of a
+    longer one, and different for another key, variant or part."""
+    key = Secret("stream test").derive("dbaf", 0)
+    long = key.carrier_stream(20000, 1, "code")
+    assert len(long) == 20000 and long[:100] == key.carrier_stream(100, 1, "code")
+    assert long[8160:8260] != long[:100] and long[16320:16420] != long[8160:8260]  # chunks differ
+    others = [
+        key.carrier_stream(100, 2, "code"),
+        key.carrier_stream(100, 1, "latent"),
+        Secret("stream test").derive("dbaf", 1).carrier_stream(100, 1, "code"),
+        Secret("other").derive("dbaf", 0).carrier_stream(100, 1, "code"),
+    ]
+    assert len({long[:100], *others}) == 5

@@ -15,7 +15,8 @@ Its top-left :data:`BLOCK_WIDTH` x :data:`BLOCK_ROWS` pixels hold the head::
 
     magic b"ZoOL" | version u8 | method tag u16 | face index u16 | block origin x, y u32
     | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | latent n x float16
-    | guard variant u8 | block width, height u16 | code rows, cols u16 | code crc32 | key check u16 | crc32
+    | guard variant u8 | block width, height u16 | code rows, cols u16 | code crc32 | key check u16
+    | sealed u8 | latent crc32 | crc32
 
 and the rest of the rectangle, row by row, the code (version 3, when rows > 0): per row a float16 centre and
 scale, then every value as a 4-bit step of scale (``(q - 8) * scale``, q in 1..15: +-7 steps cover
@@ -29,6 +30,14 @@ none): recovery refuses a block whose check the given key does not reproduce, so
 lossless save (255 of 256 wrong keys are told so; one byte tells an attacker little about a key, and a stretched
 secret is not guessed byte by byte).
 
+The block is sealed with the face's key (version 5): the latent with its crc32, and the code, are XORed with keystreams
+of the face key (:meth:`~zoo.keys.KeyMaterial.carrier_stream`), so only the right key reads the code back. Without it
+the block tells where a face was, nothing of what it looked like: an unsealed code would let anyone draw the
+anonymized face it holds without a key (where the privacy guard blurred a face because its anonymized face was still
+recognizable, that face), and run the method's inverse with keys of their own, with no key check in the way. Opening
+with a wrong key fails the latent's crc32 (a wrong key passes it once in 2^32). The crc32s outside the seal cover the
+sealed bytes, so a damaged block is told without a key.
+
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
 save (JPEG), a resize or an edit destroys it, and recovery then leaves the face as it is (status ``no_code``,
 :mod:`zoo.pipeline`: re-encoding the pixels gives the person back with no key, right or wrong). Every face gets a block, however small the face (the block need not lie
@@ -40,7 +49,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -57,15 +67,16 @@ __all__ = [
 ]
 
 MAGIC = b"ZoOL"
-VERSION = 4
-_READABLE_VERSIONS = (1, 2, 3, 4)
+VERSION = 5
+_READABLE_VERSIONS = (1, 2, 3, 4, 5)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
 _CODE_HEAD = struct.Struct("<HHHHI")  # version 3: block width, height, code rows, cols, code crc32
 _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
 _KEY_CHECK = struct.Struct("<H")  # version 4: 1 + the key check byte (0: no check)
-BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + _KEY_CHECK.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
+_SEAL = struct.Struct("<BI")  # version 5: sealed (0/1), crc32 of the latent's bytes (sealed with them)
+BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + _KEY_CHECK.size + _SEAL.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
 #: a code row's 4-bit steps span +-CODE_SIGMAS of its standard deviations (values beyond are clipped)
 CODE_SIGMAS = 4.0
 _CODE_LEVELS = 7  # q - 8 in -7..7
@@ -120,7 +131,8 @@ def block_size(code_shape: tuple[int, int] | None) -> tuple[int, int]:
 @dataclass
 class CarriedLatent:
     """One face's carried code. ``box`` [4] and ``landmarks`` [5,2] are image pixels at embedding time
-    (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]`` (n <= 100);
+    (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]`` (n <= 100; None in a
+    sealed block until it is :meth:`opened`);
     ``code`` float32 ``[rows, cols]`` or None (module docstring); ``variant``: the privacy guard's key variant
     for this face (0-255, 0 = the plain key)."""
 
@@ -128,7 +140,7 @@ class CarriedLatent:
     index: int
     box: np.ndarray
     landmarks: np.ndarray
-    latent: np.ndarray
+    latent: np.ndarray | None
     origin: tuple[int, int] = (0, 0)
     variant: int = 0
     code: np.ndarray | None = None
@@ -136,27 +148,53 @@ class CarriedLatent:
     code_shape: tuple[int, int] | None = None
     #: the face key's check byte (:meth:`~zoo.keys.KeyMaterial.carrier_check`), None where none was written
     key_check: int | None = None
+    #: a block read from an image sealed with the face's key: the sealed latent (with its crc32) and code bytes;
+    #: ``latent`` and ``code`` are None until :meth:`opened` with the key
+    sealed_latent: bytes | None = None
+    sealed_code: bytes | None = None
+    #: the face's key (:class:`~zoo.keys.KeyMaterial`) to seal the block with when it is written; never written itself
+    key: Any = field(default=None, repr=False, compare=False)
 
     def key_matches(self, key) -> bool:
-        """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check (True for a
-        block without one, or no key)."""
-        return self.key_check is None or key is None or key.carrier_check(self.variant) == self.key_check
+        """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check and opens its
+        seal (True for an unsealed block without a check, or no key for such a block)."""
+        if self.key_check is not None and key is not None and key.carrier_check(self.variant) != self.key_check:
+            return False
+        return self.sealed_latent is None or (key is not None and self.opened(key) is not None)
+
+    def opened(self, key) -> "CarriedLatent | None":
+        """This block with its latent and code read back with the face's ``key`` (itself where it is not sealed); None
+        where ``key`` does not open it (the latent's crc32 fails)."""
+        if self.sealed_latent is None:
+            return self
+        plain = _xor(self.sealed_latent, key.carrier_stream(len(self.sealed_latent), self.variant, "latent"))
+        raw, crc = plain[:-4], struct.unpack("<I", plain[-4:])[0]
+        if zlib.crc32(raw) != crc:
+            return None
+        code = None
+        if self.sealed_code is not None and self.code_shape:
+            code = _code_from_bytes(_xor(self.sealed_code, key.carrier_stream(len(self.sealed_code), self.variant, "code")), *self.code_shape)
+        latent = np.frombuffer(raw, dtype=np.float16).astype(np.float32)
+        return replace(self, latent=latent, code=code, sealed_latent=None, sealed_code=None)
 
     @property
     def complete(self) -> bool:
         """Everything the method meant to carry came back (no code was meant, or the code is intact)."""
-        return self.code is not None or not self.code_shape
+        return self.code is not None or self.sealed_code is not None or not self.code_shape
 
     def values(self) -> dict[str, np.ndarray]:
         """What the method gets back (``recover_faces(carried=...)``): {"latent": [n], "code": [rows, cols]} (no
-        "code" when none rode)."""
+        "code" when none rode). A sealed block is :meth:`opened` first."""
+        if self.sealed_latent is not None:
+            raise ValueError("this carried code is sealed: open it with the face's key first (CarriedLatent.opened)")
         out = {"latent": np.asarray(self.latent, np.float32)}
         if self.code is not None:
             out["code"] = np.asarray(self.code, np.float32)
         return out
 
     def to_bytes(self, size: tuple[int, int] | None = None) -> tuple[bytes, bytes]:
-        """(head bytes, code bytes + crc32 or b""); ``size``: the block's (width, height), default :func:`block_size`."""
+        """(head bytes, code bytes + crc32 or b""); ``size``: the block's (width, height), default :func:`block_size`.
+        Sealed with :attr:`key` where it is set (module docstring)."""
         lat = np.asarray(self.latent, dtype=np.float16).reshape(-1)
         if lat.size > MAX_LATENT:
             raise ValueError(f"a carried latent holds at most {MAX_LATENT} values, got {lat.size}")
@@ -170,21 +208,31 @@ class CarriedLatent:
                 raise ValueError(f"a carried code is a finite [rows, cols] array, got shape {code.shape}")
             rows, cols = code.shape
             payload = _code_bytes(code)
+            if self.key is not None:
+                payload = _xor(payload, self.key.carrier_stream(len(payload), int(self.variant), "code"))
             payload += struct.pack("<I", zlib.crc32(payload))
         width, height = size or block_size((rows, cols) if payload else None)
+        latent = lat.tobytes() + struct.pack("<I", zlib.crc32(lat.tobytes()))
+        if self.key is not None:
+            latent = _xor(latent, self.key.carrier_stream(len(latent), int(self.variant), "latent"))
         geo = np.concatenate([np.asarray(self.box, np.float32).reshape(4), np.asarray(self.landmarks, np.float32).reshape(10)])
         head = _HEAD.pack(MAGIC, VERSION, self.tag, self.index, self.origin[0], self.origin[1], *geo.tolist(), lat.size)
-        body = head + lat.tobytes() + bytes([int(self.variant)])
+        body = head + latent[:-4] + bytes([int(self.variant)])
         body += _CODE_HEAD.pack(width, height, rows, cols, zlib.crc32(payload[:-4]) if payload else 0)
         if self.key_check is not None and not 0 <= int(self.key_check) <= 255:
             raise ValueError(f"a key check is one byte, got {self.key_check}")
         body += _KEY_CHECK.pack(0 if self.key_check is None else 1 + int(self.key_check))
+        body += _SEAL.pack(int(self.key is not None), struct.unpack("<I", latent[-4:])[0])
         return body + struct.pack("<I", zlib.crc32(body)), payload
 
     def shifted(self, dx: float, dy: float) -> "CarriedLatent":
         """The same face in an image cropped or padded since embedding (block found at origin + (dx, dy))."""
         off = np.array([dx, dy], dtype=np.float32)
         return replace(self, box=self.box + np.tile(off, 2), landmarks=self.landmarks + off, origin=(self.origin[0] + int(dx), self.origin[1] + int(dy)))
+
+
+def _xor(data: bytes, stream: bytes) -> bytes:
+    return (np.frombuffer(data, dtype=np.uint8) ^ np.frombuffer(stream[: len(data)], dtype=np.uint8)).tobytes()
 
 
 def _symbols(data: bytes, pixels: int = BLOCK_ROWS * BLOCK_WIDTH) -> np.ndarray:
@@ -271,9 +319,16 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         return None
     lat_end = _HEAD.size + 2 * n
     end = lat_end + (1 if version >= 2 else 0) + (_CODE_HEAD.size if version >= 3 else 0) + (_KEY_CHECK.size if version >= 4 else 0)
+    end += _SEAL.size if version >= 5 else 0
     if end + 4 > len(data) or struct.unpack_from("<I", data, end)[0] != zlib.crc32(data[:end]):
         return None
-    latent = np.frombuffer(data[_HEAD.size : lat_end], dtype=np.float16).astype(np.float32)
+    sealed, latent_crc = _SEAL.unpack_from(data, end - _SEAL.size) if version >= 5 else (0, None)
+    raw_latent = data[_HEAD.size : lat_end]
+    if not sealed and latent_crc is not None and zlib.crc32(raw_latent) != latent_crc:
+        return None
+    latent = None if sealed else np.frombuffer(raw_latent, dtype=np.float16).astype(np.float32)
+    sealed_latent = raw_latent + struct.pack("<I", latent_crc) if sealed else None
+    sealed_code = None
     variant = data[lat_end] if version >= 2 else 0
     code, code_shape = None, None
     if version >= 3:
@@ -284,13 +339,18 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
             size = _code_size(rows, cols)
             payload = _bytes(region[_code_mask(width, height)].reshape(-1))
             if len(payload) >= size + 4 and zlib.crc32(payload[:size]) == code_crc == struct.unpack_from("<I", payload, size)[0]:
-                code = _code_from_bytes(payload[:size], rows, cols)
+                if sealed:
+                    sealed_code = payload[:size]
+                else:
+                    code = _code_from_bytes(payload[:size], rows, cols)
     key_check = None
     if version >= 4:
         (stored,) = _KEY_CHECK.unpack_from(data, lat_end + 1 + _CODE_HEAD.size)
         key_check = stored - 1 if 0 < stored <= 256 else None
     place = np.asarray(geo, dtype=np.float32)
-    found = CarriedLatent(tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant), code, code_shape, key_check)
+    found = CarriedLatent(
+        tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant), code, code_shape, key_check, sealed_latent, sealed_code
+    )
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 
 

@@ -24,8 +24,9 @@ The rule:
 * the kept face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
   published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
   of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). Its
-  carried code still rides, so the right key recovers the face from a lossless save; the block's key check
-  (:mod:`zoo.carrier`) makes recovery refuse a wrong key, and the blur leaves nothing to re-invert in a lossy copy.
+  carried code still rides, sealed with the face's key (:mod:`zoo.carrier`), so the right key recovers the face from
+  a lossless save, nobody without it can draw the code, recovery refuses a wrong key, and the blur leaves nothing to
+  re-invert in a lossy copy.
 
 Every face's guard distances and variant go into the report. dlib, the judge of every number the project
 publishes, is never consulted here, so those numbers stay independent. See ``docs/privacy_guard.md`` for the

@@ -15,6 +15,7 @@
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import hmac
 import math
@@ -154,6 +155,14 @@ class KeyMaterial:
         """One byte (0-255) of this face key, for key variant ``variant``: written beside the face's carried code
         (:mod:`zoo.carrier`) so that recovery can tell a wrong key and refuse it."""
         return self.bytes(1, f"carrier key check|variant {int(variant)}")[0]
+
+    def carrier_stream(self, n: int, variant: int = 0, part: str = "code") -> builtins.bytes:
+        """``n`` keystream bytes of this face key for key variant ``variant``: a carried code's ``part`` ("latent",
+        "code") is XORed with them (:mod:`zoo.carrier`), so that only this key reads it back. HKDF-Expand in
+        chunks of 8160 bytes (its limit per info string), one info string per chunk and part."""
+        chunk = 255 * 32
+        n = int(n)
+        return b"".join(self.bytes(min(chunk, n - i), f"carrier stream|variant {int(variant)}|{part}|{i // chunk}") for i in range(0, n, chunk))
 
     def digits(self, n: int, context: str = "") -> str:
         """``n`` decimal digits (e.g. the 6-digit password of Cao et al.)."""

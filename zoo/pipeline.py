@@ -274,17 +274,20 @@ class DeidPipeline:
         from .carrier import CarriedLatent
 
         n = len(crops)
-        codes = [c.values() if isinstance(c, CarriedLatent) else c for c in carried]
         variants = [c.variant if isinstance(c, CarriedLatent) and operation == "recover" else 0 for c in carried]
         keys = self.keys_for(operation, secret, key_indices)
         outs: list = [None] * n
         errors: list = [None] * n
         latents: list = [None] * n
-        for i, c in enumerate(carried):  # a wrong key, or no code, recovers nothing
+        codes: list = [None] * n
+        for i, c in enumerate(carried):  # a wrong key, or no code, recovers nothing; the right key opens the block
+            opened = c.opened(keys[i]) if isinstance(c, CarriedLatent) and c.key_matches(keys[i]) else None
             if operation == "recover" and self.method.carries_latent and c is None:
                 errors[i] = NO_CODE
-            elif operation == "recover" and isinstance(c, CarriedLatent) and not c.key_matches(keys[i]):
+            elif operation == "recover" and isinstance(c, CarriedLatent) and opened is None:
                 errors[i] = KEY_MISMATCH
+            else:
+                codes[i] = opened.values() if opened is not None else c
         for v in sorted(set(variants)):
             ids = [i for i in range(n) if variants[i] == v and errors[i] not in REFUSED]
             if not ids:
@@ -458,7 +461,7 @@ def face_status(error: str | None, blurred: bool) -> str:
 def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: int, key) -> Any:
     """The :class:`~zoo.carrier.CarriedLatent` of one anonymized face: what the method carries (``carried``:
     {"latent", optional "code"}), its place (``box`` [4], ``landmarks`` [5, 2], image pixels), the guard's key
-    ``variant`` and the check byte of the face's ``key`` (None: no key, no check)."""
+    ``variant`` and the check byte of the face's ``key``, sealed with that key (None: no key, no check, no seal)."""
     from .carrier import CarriedLatent
 
     return CarriedLatent(
@@ -470,6 +473,7 @@ def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: 
         variant=variant,
         code=carried.get("code"),
         key_check=key.carrier_check(variant) if key is not None else None,
+        key=key,
     )
 
 
