@@ -158,15 +158,17 @@ class CarriedLatent:
     def key_matches(self, key) -> bool:
         """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check and opens its
         seal (True for an unsealed block without a check, or no key for such a block)."""
-        if self.key_check is not None and key is not None and key.carrier_check(self.variant) != self.key_check:
-            return False
-        return self.sealed_latent is None or (key is not None and self.opened(key) is not None)
+        return self.opened(key) is not None
 
     def opened(self, key) -> "CarriedLatent | None":
         """This block with its latent and code read back with the face's ``key`` (itself where it is not sealed); None
-        where ``key`` does not open it (the latent's crc32 fails)."""
+        where ``key`` does not reproduce its check byte or open its seal (the latent's crc32 fails)."""
+        if self.key_check is not None and key is not None and key.carrier_check(self.variant) != self.key_check:
+            return None
         if self.sealed_latent is None:
             return self
+        if key is None:
+            return None
         plain = _xor(self.sealed_latent, key.carrier_stream(len(self.sealed_latent), self.variant, "latent"))
         raw, crc = plain[:-4], struct.unpack("<I", plain[-4:])[0]
         if zlib.crc32(raw) != crc:

@@ -281,7 +281,7 @@ class DeidPipeline:
         latents: list = [None] * n
         codes: list = [None] * n
         for i, c in enumerate(carried):  # a wrong key, or no code, recovers nothing; the right key opens the block
-            opened = c.opened(keys[i]) if isinstance(c, CarriedLatent) and c.key_matches(keys[i]) else None
+            opened = c.opened(keys[i]) if isinstance(c, CarriedLatent) else None
             if operation == "recover" and self.method.carries_latent and c is None:
                 errors[i] = NO_CODE
             elif operation == "recover" and isinstance(c, CarriedLatent) and opened is None:
