@@ -75,6 +75,13 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> float:
     return inter / max(union, 1e-9)
 
 
+def record_at(result, box: np.ndarray, min_iou: float = 0.2):
+    """The report entry (:class:`zoo.methods.base.FaceRecord`) of the face the tool found at ``box`` [x0, y0, x1, y1]:
+    the one overlapping it most, if by more than ``min_iou``; else None."""
+    record = max(result.faces, key=lambda f: box_iou(box, np.asarray(f.box)), default=None)
+    return record if record is not None and box_iou(box, np.asarray(record.box)) > min_iou else None
+
+
 def _hull_masks(shape: tuple[int, int], lm68: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(face, ring) boolean masks: the hull of jaw (0-16) and brows (17-26), and the ring just outside it."""
     pts = np.rint(lm68[:27]).astype(np.int32)
@@ -239,8 +246,8 @@ def main(argv: list[str] | None = None) -> int:
                 recovered = np.asarray(m.recover(out, key=KEY))
                 wrong = np.asarray(m.recover(out, key=KEY + " (wrong)"))
             for i, ref in enumerate(refs):
-                record = max(result.faces, key=lambda f: box_iou(ref.box, np.asarray(f.box)), default=None)
-                status = record.status if record is not None and box_iou(ref.box, np.asarray(record.box)) > 0.2 else "not found"
+                record = record_at(result, ref.box)
+                status = record.status if record is not None else "not found"
                 row = {"photo": name, "split": split, "face": i, "status": status, **measure_face(eye, ref, out, out_boxes)}
                 if record is not None and record.guard:  # the guard's own distances (SFace, FaceRes), beside dlib's
                     row["guard"] = record.guard
@@ -267,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         for m, per in before.get("methods", {}).items():
             kept = [r for r in per["faces"] if m not in methods or r["photo"] not in ran]
             rows[m] = kept + rows.get(m, [])
-            seconds[m] = seconds.get(m, 0.0) + (per.get("seconds", 0.0) if kept else 0.0)
+            seconds[m] = seconds.get(m, 0.0) + ((per.get("seconds") or 0.0) if kept else 0.0)
         command = before["command"] + " ; " + command
     result = {
         "command": command,

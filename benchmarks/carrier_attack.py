@@ -30,7 +30,7 @@ from typing import Iterator
 
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, box_iou
+from benchmarks.appearance import DlibEye, OriginalFace, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, write_results
@@ -104,7 +104,8 @@ def write_report(result: dict, out: Path) -> None:
         "Each face anonymized once at the method's defaults (guard on); the lossless output's blocks then read without the key, "
         "the tool's key check bypassed. *Unsealed*: the code the block holds, drawn as it is (what a block in the clear gives "
         "anyone). *Sealed*: the sealed bytes read as a code and recovered with an attacker's key. dlib judges at 0.6 at the "
-        "original's place; k/n [95% Wilson interval].",
+        "original's place; k/n [95% Wilson interval]."
+        + ("" if result.get("small_face_region", "on") == "on" else " Small faces composited with the region of large ones (`--small-face-region off`)."),
         "",
         "| method | split | faces | guard blurred | anonymized photo: matched | unsealed block drawn: matched | of them guard-blurred faces | sealed block, attacker's key: matched | min dlib distance (unsealed / sealed) |",
         "|---|---|---|---|---|---|---|---|---|",
@@ -126,15 +127,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(REVERSIBLE))
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--add", action="store_true", help="add to the results file: keep its rows of the methods and photos not run now")
+    ap.add_argument(
+        "--small-face-region", choices=("on", "off"), default="on", help="off: small faces get the region of large ones (zoo.compositing.is_small_face)"
+    )
     args = ap.parse_args(argv)
     out_path = Path(args.out) if args.out else OUT
 
     import zoo
+    from zoo import compositing
 
+    if args.small_face_region == "off":
+        compositing.SMALL_FACE_EYE_DISTANCE = 0.0
     eye = DlibEye()
     methods = [m for m in args.methods.split(",") if m]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds = {m: 0.0 for m in methods}
+    command = command_line("benchmarks.carrier_attack", argv)
+    if args.add and out_path.with_suffix(".json").is_file():  # one results file built over several runs
+        command = earlier_rows(out_path, rows, seconds, set(args.photos.split(","))) + " ; " + command
     for name, split, rgb in packaged_photos(args.photos.split(",")):
         boxes = eye.boxes(rgb)
         if not boxes:
@@ -152,9 +163,7 @@ def main(argv: list[str] | None = None) -> int:
             with reading_sealed_bytes_as_code():
                 sealed = np.asarray(m.recover(out, key=ATTACKER))
             for i, ref in enumerate(refs):
-                record = max(result.faces, key=lambda f: box_iou(ref.box, np.asarray(f.box)), default=None)
-                if record is not None and box_iou(ref.box, np.asarray(record.box)) <= 0.2:
-                    record = None
+                record = record_at(result, ref.box)
                 row = {
                     "photo": name,
                     "split": split,
@@ -168,14 +177,26 @@ def main(argv: list[str] | None = None) -> int:
                 }
                 rows[method].append(row)
                 print(method, name, i, row["status"], row["anonymized"], row["unsealed"], row["sealed"], flush=True)
-        save(out_path, rows, seconds, command_line("benchmarks.carrier_attack", argv))  # after every photo
+        save(out_path, rows, seconds, command, args.small_face_region)  # after every photo
     print(f"wrote {out_path.with_suffix('.md')}")
     return 0
 
 
-def save(out_path: Path, rows: dict[str, list[dict]], seconds: dict[str, float], command: str) -> None:
+def earlier_rows(out_path: Path, rows: dict[str, list[dict]], seconds: dict[str, float], photos: set[str]) -> str:
+    """Into ``rows`` (method -> face rows): the results file's rows of the methods and photos not run now (their
+    anonymize seconds kept only for methods not run now); returns the file's command."""
+    before = json.loads(out_path.with_suffix(".json").read_text())
+    for m, per in before["methods"].items():
+        kept = [r for r in per["faces_rows"] if m not in rows or r["photo"] not in photos]
+        rows[m] = kept + rows.get(m, [])
+        seconds[m] = seconds.get(m, 0.0) + (per["seconds_anonymize"] if m not in seconds else 0.0)
+    return before["command"]
+
+
+def save(out_path: Path, rows: dict[str, list[dict]], seconds: dict[str, float], command: str, small_face_region: str = "on") -> None:
     result = {
         "command": command,
+        "small_face_region": small_face_region,
         "methods": {
             m: {
                 "seconds_anonymize": round(seconds[m], 1),

@@ -39,7 +39,7 @@ from typing import Iterator
 import cv2
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, box_iou
+from benchmarks.appearance import DlibEye, OriginalFace, box_iou, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, write_results
@@ -123,7 +123,7 @@ def write_report(result: dict, out: Path) -> None:
                 continue
             cells = [rate_text(s[k]) for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")]
             lines.append(
-                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {rate_text(s['reinvert_face_keys_matched']) if 'reinvert_face_keys_matched' in s else '-'} | {s['guard_blurred']} | {s['code_carried']} |"
+                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {rate_text(s['reinvert_face_keys_matched']) if s.get('reinvert_face_keys_matched', {}).get('n') else '-'} | {s['guard_blurred']} | {s['code_carried']} |"
             )
     matched = [
         f"{m}: {r['photo']}:{r['face']} ({sum(k['dlib'] < 0.6 for k in r['keys'])} keys)"
@@ -191,9 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                         }
                     )
             for i, ref in enumerate(refs):
-                record = max(result.faces, key=lambda f: box_iou(ref.box, np.asarray(f.box)), default=None)
-                if record is not None and box_iou(ref.box, np.asarray(record.box)) <= 0.2:
-                    record = None
+                record = record_at(result, ref.box)
                 row = {
                     "photo": name,
                     "split": split,

@@ -50,6 +50,44 @@ def test_small_face_gets_no_mesh(astronaut):
     assert mask is None and kind == "5-point"
 
 
+def test_is_small_face_reads_the_eye_distance():
+    lm = np.array([[10, 10], [10 + compositing.SMALL_FACE_EYE_DISTANCE - 1, 10], [20, 20], [12, 30], [28, 30]], np.float64)
+    assert compositing.is_small_face(lm)
+    lm[1, 0] += 2
+    assert not compositing.is_small_face(lm)
+
+
+@pytest.mark.parametrize("mesh", [True, False])
+def test_small_face_region_reaches_over_the_outline(astronaut, monkeypatch, mesh):
+    """A small face (mesh or 5-point region) has more of its surroundings replaced than the same face treated as
+    large: the larger region holds the whole large one and reaches past it on every side."""
+    rgb, face = astronaut
+    k = 0.4  # eye distance about 19 px: small, still meshed
+    small = cv2.resize(rgb, None, fx=k, fy=k, interpolation=cv2.INTER_AREA)
+    lm = face.landmarks * k
+    assert compositing.is_small_face(lm)
+    if not mesh:
+        monkeypatch.setattr(compositing, "face_mesh", lambda *a, **kw: None)
+    al = align_face(small, lm, 256)
+    white = np.full((256, 256, 3), 255, np.uint8)
+    black = np.zeros_like(small)
+
+    def replaced() -> np.ndarray:
+        out, info = compositing.composite_face(black, small, white, al.matrix, lm)
+        assert info.mask == ("mesh" if mesh else "5-point")
+        assert info.as_dict()["small_face"] == compositing.is_small_face(lm)
+        return out.max(2) > 0
+
+    as_small = replaced()
+    monkeypatch.setattr(compositing, "SMALL_FACE_EYE_DISTANCE", 0.0)
+    as_large = replaced()
+    assert np.all(as_small[as_large])
+    assert as_small.sum() > 1.3 * as_large.sum()
+    ys, xs = np.nonzero(as_small)
+    yl, xl = np.nonzero(as_large)
+    assert xs.min() < xl.min() and xs.max() > xl.max() and ys.min() < yl.min() and ys.max() > yl.max()
+
+
 def test_hull_mask_is_one_inside_the_hull_and_zero_beyond_grow():
     pts = np.array([[30, 30], [70, 30], [70, 80], [30, 80], [50, 55]], np.float64)
     m = compositing.hull_mask((120, 120), [pts], grow=3, feather=8)

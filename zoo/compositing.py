@@ -6,7 +6,8 @@ each face). Each step is a small function:
 1. :func:`face_region_mask` - the region the method replaced: the hull of the original face's 468-point
    mesh (:mod:`zoo.face_mesh`) with a feathered edge that stays close to it, and fully replaced on the
    original's eyes, brows and lips, so that none of them stays visible beside the new face. A face too small for the mesh, or a machine without
-   the mesh model, gets the 5-point superellipse of :func:`zoo.paste.face_mask` (``mask="5-point"``).
+   the mesh model, gets the 5-point superellipse of :func:`zoo.paste.face_mask` (``mask="5-point"``). On a small
+   face (:func:`is_small_face`) either region also covers the outline and hairline.
 2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
    (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays).
 3. :func:`match_sharpness` - the new face blurred, or given grain and sharpened, until its Laplacian variance
@@ -32,6 +33,13 @@ log = logging.getLogger(__name__)
 
 #: the mask reaches this far outside the mesh hull, as a fraction of the face size
 MASK_GROW = 0.02
+#: a face whose eyes are closer than this (photo pixels; a face box of about 50 px) is small: at that size the
+#: outline, ears and hairline carry much of what a recognizer sees, so its replaced region reaches over them
+SMALL_FACE_EYE_DISTANCE = 24.0
+#: on a small face the mesh mask reaches this far outside the hull (fraction of the face size) instead of MASK_GROW
+SMALL_FACE_GROW = 0.15
+#: on a small face without a mesh the 5-point superellipse's half-axes are this much larger
+SMALL_FACE_MASK_SCALE = 1.3
 #: width of the feather (from fully replaced to untouched), as a fraction of the face size; it lies mostly inside
 #: the hull, so the photo around the face keeps its own pixels
 MASK_FEATHER = 0.08
@@ -62,9 +70,16 @@ class CompositeInfo:
     colour_shift: float  # CIE76 dE between the new face's mean colour before and after colour matching
     sharpness: str  # "kept", "blurred (sigma=..)", "grain (sigma=..)" and/or "unsharp (amount=..)"
     blend: str  # "feather" or "poisson"
+    small_face: bool = False  # the region also covers the outline and hairline (:func:`is_small_face`)
 
     def as_dict(self) -> dict:
-        return {"mask": self.mask, "colour_shift": round(self.colour_shift, 2), "sharpness": self.sharpness, "blend": self.blend}
+        return {
+            "mask": self.mask,
+            "small_face": self.small_face,
+            "colour_shift": round(self.colour_shift, 2),
+            "sharpness": self.sharpness,
+            "blend": self.blend,
+        }
 
 
 # ====================================================================== 1. mask
@@ -92,18 +107,26 @@ def feature_mask(shape: tuple[int, int], mesh: np.ndarray, margin: float) -> np.
     return grown.astype(np.float32)
 
 
+def is_small_face(landmarks5: np.ndarray) -> bool:
+    """True when the face's eye distance (5 landmarks, photo pixels) is below :data:`SMALL_FACE_EYE_DISTANCE`."""
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    return bool(np.hypot(*(lm[1] - lm[0])) < SMALL_FACE_EYE_DISTANCE)
+
+
 def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray) -> tuple[np.ndarray | None, str]:
     """The region to replace in photo coordinates: (float32 [H, W] mask, "mesh"); or (None, "5-point") when the
     mesh cannot run (the caller then uses :func:`zoo.paste.face_mask`).
 
     The hull of the original face's mesh, feathered over :data:`MASK_FEATHER` of the face size and reaching
-    :data:`MASK_GROW` beyond it, and 1 on its eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the
-    original's features stays visible, while the photo around the face keeps its pixels."""
+    :data:`MASK_GROW` beyond it (:data:`SMALL_FACE_GROW` on a small face, :func:`is_small_face`), and 1 on its
+    eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the original's features stays visible, while the
+    photo around the face keeps its pixels."""
     original = face_mesh(rgb, landmarks5)
     if original is None:
         return None, "5-point"
     size = face_size(original)
-    ramp = hull_mask(rgb.shape[:2], [original], MASK_GROW * size, MASK_FEATHER * size)
+    grow = SMALL_FACE_GROW if is_small_face(landmarks5) else MASK_GROW
+    ramp = hull_mask(rgb.shape[:2], [original], grow * size, MASK_FEATHER * size)
     return np.maximum(ramp, feature_mask(rgb.shape[:2], original, FEATURE_MARGIN * size)), "mesh"
 
 
@@ -284,8 +307,10 @@ def composite_face(
     ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
     lm_roi = lm - [x0, y0]
     mask, kind = face_region_mask(ref, lm_roi)
+    small = is_small_face(lm)
     if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
-        mask = _warp_crop_mask(face_mask(size), matrix, x0, y0, (x1 - x0, y1 - y0))
+        scale = SMALL_FACE_MASK_SCALE if small else 1.0
+        mask = _warp_crop_mask(face_mask(size, scale=scale), matrix, x0, y0, (x1 - x0, y1 - y0))
     stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
     if stats_mask.sum() < 16:
         stats_mask = mask > 0
@@ -294,7 +319,7 @@ def composite_face(
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
     out[y0:y1, x0:x1] = blend(out[y0:y1, x0:x1], textured, mask, blend_mode)
-    return out, CompositeInfo(kind, shift, sharp, blend_mode)
+    return out, CompositeInfo(kind, shift, sharp, blend_mode, small)
 
 
 def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:

@@ -21,14 +21,15 @@ MASK_DOWN = 0.3
 MASK_POWER = 3.0
 
 
-def face_mask(size: int, landmarks_in_crop: np.ndarray | None = None, feather: float = 0.02) -> np.ndarray:
+def face_mask(size: int, landmarks_in_crop: np.ndarray | None = None, feather: float = 0.02, scale: float = 1.0) -> np.ndarray:
     """float32 [size, size] in [0, 1]: the face region (brows to chin, cheek to cheek) of an aligned crop.
 
     A superellipse ``|u/a|^p + |v/b|^p <= 1`` (rounded rectangle, p = :data:`MASK_POWER`) placed from the
     eye and mouth landmarks (default: :func:`ffhq_template`) so that it roughly fills a face
-    detector's box: centre ``eye_avg + 0.35 * eye_to_mouth``, half-axes 1.05 x 1.4 eye distances,
-    aligned with the eye line. The feathering is inside the shape: the mask ramps smoothly from 1 to 0
-    over ``2.5 * feather * size`` pixels and is exactly 0 outside it.
+    detector's box: centre ``eye_avg + MASK_DOWN * eye_to_mouth``, half-axes ``MASK_AXES`` eye distances,
+    aligned with the eye line; ``scale`` multiplies both half-axes (the outline and hairline of a small face,
+    :data:`zoo.compositing.SMALL_FACE_MASK_SCALE`). The feathering is inside the shape: the mask ramps smoothly
+    from 1 to 0 over ``2.5 * feather * size`` pixels and is exactly 0 outside it.
     """
     lm = ffhq_template(size) if landmarks_in_crop is None else np.asarray(landmarks_in_crop, dtype=np.float64).reshape(5, 2)
     eye_avg = (lm[0] + lm[1]) / 2
@@ -38,7 +39,7 @@ def face_mask(size: int, landmarks_in_crop: np.ndarray | None = None, feather: f
     centre = eye_avg + MASK_DOWN * (mouth_avg - eye_avg)
     ux = eye_vec / eye_dist
     uy = np.array([-ux[1], ux[0]])
-    a, b = MASK_AXES[0] * eye_dist, MASK_AXES[1] * eye_dist
+    a, b = scale * MASK_AXES[0] * eye_dist, scale * MASK_AXES[1] * eye_dist
     yy, xx = np.mgrid[0:size, 0:size].astype(np.float64)
     dx, dy = xx - centre[0], yy - centre[1]
     u, v = dx * ux[0] + dy * ux[1], dx * uy[0] + dy * uy[1]

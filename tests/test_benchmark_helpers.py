@@ -1,0 +1,40 @@
+"""Helpers the real-photo benchmarks share: the report entry at a judged face, and results files built over runs."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+import numpy as np
+
+from benchmarks.appearance import record_at
+from benchmarks.carrier_attack import earlier_rows
+
+
+def test_record_at_picks_the_overlapping_face_or_none():
+    faces = [SimpleNamespace(box=[0, 0, 10, 10], status="a"), SimpleNamespace(box=[50, 50, 70, 70], status="b")]
+    result = SimpleNamespace(faces=faces)
+    assert record_at(result, np.array([52, 49, 71, 69])).status == "b"
+    assert record_at(result, np.array([8, 8, 30, 30])) is None  # touches face a, IoU below 0.2
+    assert record_at(SimpleNamespace(faces=[]), np.array([0, 0, 5, 5])) is None
+
+
+def test_earlier_rows_keeps_what_was_not_run_now(tmp_path):
+    def row(photo: str, face: int) -> dict:
+        return {"photo": photo, "face": face}
+
+    before = {
+        "command": "python -m benchmarks.carrier_attack",
+        "methods": {
+            "dbaf": {"seconds_anonymize": 10.0, "faces_rows": [row("p1", 0), row("p2", 0), row("p2", 1)]},
+            "hford": {"seconds_anonymize": 7.0, "faces_rows": [row("p1", 0), row("p2", 0)]},
+        },
+    }
+    (tmp_path / "r.json").write_text(json.dumps(before))
+    rows: dict[str, list[dict]] = {"dbaf": []}
+    seconds = {"dbaf": 0.0}
+    command = earlier_rows(tmp_path / "r", rows, seconds, {"p2"})
+    assert command == before["command"]
+    assert rows["dbaf"] == [row("p1", 0)]  # p2 runs again for dbaf
+    assert rows["hford"] == before["methods"]["hford"]["faces_rows"]  # not run now: kept whole
+    assert seconds == {"dbaf": 0.0, "hford": 7.0}
