@@ -39,7 +39,7 @@ import numpy as np
 
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, rows_not_run, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
 from zoo.detectors import DetectedFace
 from zoo.face3d.landmarks import head_pose, predict_landmarks68
@@ -270,11 +270,9 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line("benchmarks.appearance", argv)
     if args.add and out_path.with_suffix(".json").is_file():  # one results file built over several runs
         before = json.loads(out_path.with_suffix(".json").read_text())
-        ran = set(args.photos.split(","))
-        for m, per in before.get("methods", {}).items():
-            kept = [r for r in per["faces"] if m not in methods or r["photo"] not in ran]
+        for m, kept in rows_not_run(before.get("methods", {}), "faces", methods, set(args.photos.split(","))).items():
             rows[m] = kept + rows.get(m, [])
-            seconds[m] = seconds.get(m, 0.0) + ((per.get("seconds") or 0.0) if kept else 0.0)
+            seconds[m] = seconds.get(m, 0.0) + ((before["methods"][m].get("seconds") or 0.0) if kept else 0.0)
         command = before["command"] + " ; " + command
     result = {
         "command": command,

@@ -33,7 +33,7 @@ import numpy as np
 from benchmarks.appearance import DlibEye, OriginalFace, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, rows_not_run, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "carrier_attack"
 KEY = "carrier-attack"
@@ -186,10 +186,9 @@ def earlier_rows(out_path: Path, rows: dict[str, list[dict]], seconds: dict[str,
     """Into ``rows`` (method -> face rows): the results file's rows of the methods and photos not run now (their
     anonymize seconds kept only for methods not run now); returns the file's command."""
     before = json.loads(out_path.with_suffix(".json").read_text())
-    for m, per in before["methods"].items():
-        kept = [r for r in per["faces_rows"] if m not in rows or r["photo"] not in photos]
+    for m, kept in rows_not_run(before["methods"], "faces_rows", set(rows), photos).items():
+        seconds[m] = seconds.get(m, 0.0) + (before["methods"][m]["seconds_anonymize"] if m not in rows else 0.0)
         rows[m] = kept + rows.get(m, [])
-        seconds[m] = seconds.get(m, 0.0) + (per["seconds_anonymize"] if m not in seconds else 0.0)
     return before["command"]
 
 

@@ -17,3 +17,10 @@ def write_results(out: Path, result: dict, markdown_lines: list[str]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(result, indent=2) + "\n")
     out.with_suffix(".md").write_text("\n".join(markdown_lines) + "\n")
+
+
+def rows_not_run(before_methods: dict, rows_key: str, methods_run, photos_run) -> dict[str, list[dict]]:
+    """For ``--add`` (one results file built over several runs): from a results file's ``methods`` (method -> entry
+    holding face rows under ``rows_key``), each method's rows that this run does not redo: all of them for a method
+    not in ``methods_run``, else those of photos not in ``photos_run``."""
+    return {m: [r for r in per[rows_key] if m not in methods_run or r["photo"] not in photos_run] for m, per in before_methods.items()}
