@@ -76,7 +76,7 @@ def test_a_code_rides_in_4_bit_steps_beside_the_head():
     inside = np.abs(code - code.mean(1, keepdims=True)) < carrier.CODE_SIGMAS * code.std(1, keepdims=True)
     assert (err[inside] <= 0.51 * np.broadcast_to(step, code.shape)[inside] + 1e-3).all()
     np.testing.assert_allclose(found.latent, c.latent, atol=2e-3)
-    assert set(found.values()) == {"latent", "code"}
+    assert set(found.values()) == {"latent", "code", "block_version"} and found.values()["block_version"] == carrier.VERSION
     # one changed low bit in the code: the head still reads, the code does not
     hit = img.copy()
     hit[y0 + height - 1, x0 + 2, 1] ^= 1
@@ -118,7 +118,7 @@ def test_a_sealed_block_opens_only_with_its_key():
     opened = found.opened(right)
     assert found.key_matches(right) and opened is not None
     np.testing.assert_allclose(opened.latent, c.latent, atol=2e-3)
-    assert np.abs(opened.code - code).max() < 0.3 and set(opened.values()) == {"latent", "code"}
+    assert np.abs(opened.code - code).max() < 0.3 and set(opened.values()) == {"latent", "code", "block_version"}
     assert found.opened(wrong) is None and not found.key_matches(wrong)
     same_byte = replace(found, key_check=None)  # a wrong key whose check byte matched: the seal still refuses it
     assert not same_byte.key_matches(wrong) and same_byte.key_matches(right)

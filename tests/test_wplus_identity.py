@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from zoo.nn.mobilestylegan import NUM_SLOTS, STYLE_DIM
-from zoo.nn.wplus_identity import DEVIATION_SLOTS, IDENTITY_SLOTS, WPlusIdentity, identity_basis_dir, load_wplus_identity
+from zoo.nn.wplus_identity import DEVIATION_SLOTS, DEVIATION_SLOTS_V5, IDENTITY_SLOTS, WPlusIdentity, identity_basis_dir, load_wplus_identity
 
 
 def _toy(k: int = 6, big_k: int = 9, seed: int = 0) -> WPlusIdentity:
@@ -140,6 +140,37 @@ def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(person
     assert (y - x).abs().mean() > 0.02  # a different face
     # with the carried W+ rows, recovery is the reconstruction itself (no re-inversion of y)
     assert (rec - recon).abs().amax() < 1e-3 < (y - recon).abs().mean()
+
+
+def test_the_8px_block_deviations_rotate_with_the_key_and_the_pose_slots_do_not():
+    assert DEVIATION_SLOTS == tuple(range(2, 19)) and set(DEVIATION_SLOTS_V5) < set(DEVIATION_SLOTS)
+    ident = _toy()
+    w = _wplus()
+    edited = ident.with_code(w, torch.randn(w.shape[0], ident.dim), *_rotations(ident, w.shape[0], 6))
+    assert torch.equal(edited[:, :2], w[:, :2]) and not torch.equal(edited[:, 2:4], w[:, 2:4])
+    old = ident.with_code(w, torch.randn(w.shape[0], ident.dim), *_rotations(ident, w.shape[0], 6), deviation_slots=DEVIATION_SLOTS_V5)
+    assert torch.equal(old[:, :4], w[:, :4])
+
+
+def test_a_code_from_a_version_5_block_is_recovered_with_its_own_deviation_slots(personal_wplus):
+    """Blocks of zoo.carrier version <= 5 hold codes whose deviations were rotated from slot 4: recovery undoes
+    exactly those; read as a current block the same code comes back wrong in the 8 px slots."""
+    m = personal_wplus
+    g = m.wplus.generator
+    gen = torch.Generator().manual_seed(12)
+    with torch.no_grad():
+        w = g.style(torch.randn(1, STYLE_DIM, generator=gen), 0.7)[:, None].expand(-1, NUM_SLOTS, -1)
+        code = w + 0.3 * torch.randn(1, NUM_SLOTS, STYLE_DIM, generator=gen)  # an inverted real face has deviations
+        keys = m.face_keys(m.run_secret("v5"), 1)
+        u_anon = m.anonymized_code(m.identity_code(code), keys)
+        anon = m.with_identity(code, u_anon, keys, deviation_slots=DEVIATION_SLOTS_V5)
+        y = m.decode(anon)
+        carried = {"latent": u_anon[0].numpy(), "code": m.wplus.carried_rows(anon)[0].numpy()}
+        as_v5 = m.recover_faces(y, keys, refine_steps=0, carried=[{**carried, "block_version": 5}])
+        as_v6 = m.recover_faces(y, keys, refine_steps=0, carried=[{**carried, "block_version": 6}])
+        original = m.decode(code)
+    assert (as_v5 - original).abs().amax() < 0.02
+    assert (as_v6 - original).abs().mean() > 0.02
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

@@ -38,6 +38,10 @@ recognizable, that face), and run the method's inverse with keys of their own, w
 with a wrong key fails the latent's crc32 (a wrong key passes it once in 2^32). The crc32s outside the seal cover the
 sealed bytes, so a damaged block is told without a key.
 
+Version 6 has the layout of version 5; the W+ methods' codes in it rotate the deviations of W+ slots 2-18 with the
+key (:data:`zoo.nn.wplus_identity.DEVIATION_SLOTS`), those of earlier blocks slots 4-18, and each block is recovered
+with its own (``values()["block_version"]``).
+
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
 save (JPEG), a resize or an edit destroys it, and recovery then leaves the face as it is (status ``no_code``,
 :mod:`zoo.pipeline`: re-encoding the pixels gives the person back with no key, right or wrong). Every face gets a block, however small the face (the block need not lie
@@ -67,8 +71,8 @@ __all__ = [
 ]
 
 MAGIC = b"ZoOL"
-VERSION = 5
-_READABLE_VERSIONS = (1, 2, 3, 4, 5)
+VERSION = 6
+_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
@@ -154,6 +158,8 @@ class CarriedLatent:
     sealed_code: bytes | None = None
     #: the face's key (:class:`~zoo.keys.KeyMaterial`) to seal the block with when it is written; never written itself
     key: Any = field(default=None, repr=False, compare=False)
+    #: the format version the block was read from (:data:`VERSION` for a block being written)
+    version: int = VERSION
 
     def key_matches(self, key) -> bool:
         """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check and opens its
@@ -184,12 +190,12 @@ class CarriedLatent:
         """Everything the method meant to carry came back (no code was meant, or the code is intact)."""
         return self.code is not None or self.sealed_code is not None or not self.code_shape
 
-    def values(self) -> dict[str, np.ndarray]:
-        """What the method gets back (``recover_faces(carried=...)``): {"latent": [n], "code": [rows, cols]} (no
-        "code" when none rode). A sealed block is :meth:`opened` first."""
+    def values(self) -> dict[str, Any]:
+        """What the method gets back (``recover_faces(carried=...)``): {"latent": [n], "code": [rows, cols],
+        "block_version": int} (no "code" when none rode). A sealed block is :meth:`opened` first."""
         if self.sealed_latent is not None:
             raise ValueError("this carried code is sealed: open it with the face's key first (CarriedLatent.opened)")
-        out = {"latent": np.asarray(self.latent, np.float32)}
+        out: dict[str, Any] = {"latent": np.asarray(self.latent, np.float32), "block_version": int(self.version)}
         if self.code is not None:
             out["code"] = np.asarray(self.code, np.float32)
         return out
@@ -351,7 +357,19 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         key_check = stored - 1 if 0 < stored <= 256 else None
     place = np.asarray(geo, dtype=np.float32)
     found = CarriedLatent(
-        tag, index, place[:4], place[4:].reshape(5, 2), latent, (ox, oy), int(variant), code, code_shape, key_check, sealed_latent, sealed_code
+        tag,
+        index,
+        place[:4],
+        place[4:].reshape(5, 2),
+        latent,
+        (ox, oy),
+        int(variant),
+        code,
+        code_shape,
+        key_check,
+        sealed_latent,
+        sealed_code,
+        version=int(version),
     )
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 

@@ -12,8 +12,8 @@ U ``[512,K]`` holds the K leading principal directions of the generator's style 
 their standard deviations, w_mean the sample mean. The head's pose moves with a few of those coordinates
 (:func:`pose_sensitivity`: the change of yaw, pitch and roll per sigma of each direction, added in the slots
 S): Q ``[K,k]`` spans what is orthogonal to those pose gradients (k = K - 3), so an edit of u leaves the
-pose unchanged to first order. Slots outside S (pose and face shape in the coarse slots, colour and texture
-in the fine ones) are never touched. Stored as ``code_matrix`` = U diag(1/sigma) Q ``[512,k]`` and
+pose unchanged to first order. Slots outside D below (the head's pose in slots 0-1; the 512 and 1024 px slots)
+are never touched. Stored as ``code_matrix`` = U diag(1/sigma) Q ``[512,k]`` and
 ``edit_matrix`` = U diag(sigma) Q ``[512,k]`` (code_matrix^T edit_matrix = I) and U (``span``).
 
 :meth:`WPlusIdentity.with_code` gives a face the identity code ``u_new``, and scrambles what else of the identity
@@ -43,6 +43,7 @@ from .mobilestylegan import NUM_SLOTS, STYLE_DIM
 
 __all__ = [
     "DEVIATION_SLOTS",
+    "DEVIATION_SLOTS_V5",
     "IDENTITY_SLOTS",
     "WPlusIdentity",
     "build_identity_basis",
@@ -54,9 +55,15 @@ __all__ = [
 
 #: W+ slots 4-12: the 16, 32 and 64 px blocks (slot s draws at :data:`~zoo.nn.mobilestylegan.SLOT_RESOLUTIONS`)
 IDENTITY_SLOTS = tuple(range(4, 13))
-#: W+ slots whose deviations from the identity slots' mean are rotated with the key: 4-18 (16 to 256 px); the
-#: coarse slots 0-3 hold the pose, and the 512 px / 1024 px slots do not reach a 256 px face
-DEVIATION_SLOTS = tuple(range(4, 19))
+#: W+ slots whose deviations from the identity slots' mean are rotated with the key: 2-18 (the 8 px block's convs
+#: to 256 px); slots 0-1 (the 4 px conv and the 8 px up-modulation) hold the head's pose, and the 512 px / 1024 px
+#: slots do not reach a 256 px face. On the 20 tuning real faces x 3 keys the 8 px deviations still carried identity:
+#: rotated from slot 4, SFace (the guard's recognizer; dlib is not used) left 13-14 of 60 face-keys at its
+#: blur line for dbaf and personal, 8 for ifadit; from slot 2, 2-3, with the face mesh's yaw change median
+#: 2.5-2.7 degrees against 1.9-2.6 (docs/generator.md)
+DEVIATION_SLOTS = tuple(range(2, 19))
+#: the deviation slots of codes carried by blocks of :mod:`zoo.carrier` version 5 and earlier (recovered with them)
+DEVIATION_SLOTS_V5 = tuple(range(4, 19))
 
 
 def identity_basis_dir() -> Path:
@@ -138,9 +145,12 @@ class WPlusIdentity(torch.nn.Module):
         rotation: torch.Tensor | None = None,
         residual_rotation: torch.Tensor | None = None,
         inverse: bool = False,
+        deviation_slots: Sequence[int] | None = None,
     ) -> torch.Tensor:
         """W+ with identity code ``u_new [N,k]``, its deviations and residual rotated (module docstring; no
-        rotation given: left as they are). ``inverse``: rotate with the transposes (the recovery)."""
+        rotation given: left as they are). ``inverse``: rotate with the transposes (the recovery).
+        ``deviation_slots``: the slots whose deviations rotate (default :attr:`deviation_slots`; the recovery of a
+        code written with another set passes that set)."""
         m = self._mean(wplus)
         u = m @ self.code_matrix.to(wplus)
         if u_new.shape != u.shape:
@@ -152,7 +162,7 @@ class WPlusIdentity(torch.nn.Module):
             rot = residual_rotation.to(wplus).transpose(1, 2) if inverse else residual_rotation.to(wplus)
             m_new = m_new + (torch.einsum("nc,ncd->nd", rc, rot) - rc) @ comp.T
         out = wplus.clone()
-        slots = list(self.deviation_slots)
+        slots = list(self.deviation_slots if deviation_slots is None else sorted(set(int(d) for d in deviation_slots) | set(self.slots)))
         dev = wplus[:, slots] - self.w_mean.to(wplus) - m[:, None]
         if rotation is not None:
             rot = rotation.to(wplus).transpose(1, 2) if inverse else rotation.to(wplus)
