@@ -38,3 +38,18 @@ def test_earlier_rows_keeps_what_was_not_run_now(tmp_path):
     assert rows["dbaf"] == [row("p1", 0)]  # p2 runs again for dbaf
     assert rows["hford"] == before["methods"]["hford"]["faces_rows"]  # not run now: kept whole
     assert seconds == {"dbaf": 0.0, "hford": 7.0}
+
+
+def test_judge_floor_real_groups_pairs_by_face_size_and_split():
+    from benchmarks.judge_floor_real import summarise
+
+    rows = [
+        {"photo": "p", "split": "held-out", "faces": [0, 1], "eye_px": [12.0, 20.0], "dlib": 0.55},
+        {"photo": "p", "split": "held-out", "faces": [0, 2], "eye_px": [12.0, 30.0], "dlib": 0.50},  # mixed: neither group
+        {"photo": "q", "split": "held-out", "faces": [0, 1], "eye_px": [40.0, 30.0], "dlib": 0.70},
+        {"photo": "r", "split": "tuning", "faces": [0, 1], "eye_px": [10.0, 11.0], "dlib": 0.65},
+    ]
+    s = summarise(rows, 0.6)
+    assert (s["held-out"]["both small"]["k"], s["held-out"]["both small"]["n"]) == (1, 1)
+    assert (s["held-out"]["both larger"]["k"], s["held-out"]["both larger"]["n"]) == (0, 1)
+    assert (s["tuning"]["both small"]["k"], s["tuning"]["both small"]["n"]) == (0, 1) and s["tuning"]["both larger"]["n"] == 0
