@@ -204,12 +204,7 @@ class LatentDemoMethod(NeuralMethod):
         return code if self.wplus is None else self.wplus.identity.code(code)
 
     def with_identity(
-        self,
-        code: torch.Tensor,
-        u: torch.Tensor,
-        keys: Sequence[KeyMaterial] | None = None,
-        inverse: bool = False,
-        deviation_slots: Sequence[int] | None = None,
+        self, code: torch.Tensor, u: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, inverse: bool = False, deviation_slots=None
     ) -> torch.Tensor:
         """``code`` with its identity code replaced by ``u`` (on the DCGAN: ``u`` itself). On W+ with ``keys``, the
         rest of the identity slots is rotated with each face's key (``inverse``: back, for the recovery);
@@ -218,16 +213,6 @@ class LatentDemoMethod(NeuralMethod):
             return u
         rot = self.wplus.rotations(keys, self.name) if keys is not None else (None, None)
         return self.wplus.identity.with_code(code, u, *rot, inverse=inverse, deviation_slots=deviation_slots)
-
-    @staticmethod
-    def carried_deviation_slots(carried: Sequence[Any] | None, n: int) -> list[tuple[int, ...] | None]:
-        """Per face, the W+ deviation slots its carried code was drawn with: those of :mod:`zoo.carrier` blocks of
-        version 5 and earlier (:data:`~zoo.nn.wplus_identity.DEVIATION_SLOTS_V5`); None (the current slots) for a
-        newer block, a code that did not come from a block, or none."""
-        from ..nn.wplus_identity import DEVIATION_SLOTS_V5
-
-        parts = list(carried) if carried is not None else [None] * n
-        return [DEVIATION_SLOTS_V5 if isinstance(p, dict) and p.get("block_version") is not None and int(p["block_version"]) <= 5 else None for p in parts]
 
     @property
     def identity_steps(self) -> int:
@@ -470,14 +455,12 @@ class LatentDemoMethod(NeuralMethod):
         self._check_keys(y, keys)
         code, u_anon = self.anonymized_codes(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check))
         u = self.recovered_code(u_anon, keys, **controls)
-        layouts = self.carried_deviation_slots(carried, y.shape[0])
-        if self.wplus is None or all(d is None for d in layouts):
-            return self.decode(self.with_identity(code, u, keys, inverse=True))
-        out = code.clone()
-        for slots in set(layouts):  # each face is undone with the slots its block was drawn with
-            ids = [i for i, d in enumerate(layouts) if d == slots]
-            out[ids] = self.with_identity(code[ids], u[ids], [keys[i] for i in ids], inverse=True, deviation_slots=slots)
-        return self.decode(out)
+        from ..nn.wplus_identity import carried_deviation_slots
+
+        # each face is undone with the W+ deviation slots its block was drawn with
+        slots = [carried_deviation_slots(c) for c in (carried if carried is not None else [None] * y.shape[0])]
+        faces = [self.with_identity(code[i : i + 1], u[i : i + 1], [keys[i]], True, d) for i, d in enumerate(slots)]
+        return self.decode(torch.cat(faces) if faces else self.with_identity(code, u, keys, True))
 
     def reconstruct_faces(
         self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None

@@ -44,6 +44,7 @@ from .mobilestylegan import NUM_SLOTS, STYLE_DIM
 __all__ = [
     "DEVIATION_SLOTS",
     "DEVIATION_SLOTS_V5",
+    "carried_deviation_slots",
     "IDENTITY_SLOTS",
     "WPlusIdentity",
     "build_identity_basis",
@@ -64,6 +65,14 @@ IDENTITY_SLOTS = tuple(range(4, 13))
 DEVIATION_SLOTS = tuple(range(2, 19))
 #: the deviation slots of codes carried by blocks of :mod:`zoo.carrier` version 5 and earlier (recovered with them)
 DEVIATION_SLOTS_V5 = tuple(range(4, 19))
+
+
+def carried_deviation_slots(carried) -> tuple[int, ...] | None:
+    """The deviation slots a face's carried code (``values()`` of a :mod:`zoo.carrier` block) was drawn with:
+    :data:`DEVIATION_SLOTS_V5` for a block of version 5 or earlier; None (the current ones) for a newer block, a code
+    that did not come from a block, or none."""
+    version = carried.get("block_version") if isinstance(carried, dict) else None
+    return DEVIATION_SLOTS_V5 if version is not None and int(version) <= 5 else None
 
 
 def identity_basis_dir() -> Path:
