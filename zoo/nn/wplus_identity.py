@@ -59,9 +59,9 @@ IDENTITY_SLOTS = tuple(range(4, 13))
 #: W+ slots whose deviations from the identity slots' mean are rotated with the key: 2-18 (the 8 px block's convs
 #: to 256 px); slots 0-1 (the 4 px conv and the 8 px up-modulation) hold the head's pose, and the 512 px / 1024 px
 #: slots do not reach a 256 px face. On the 20 tuning real faces x 3 keys the 8 px deviations still carried identity:
-#: rotated from slot 4, SFace (the guard's recognizer; dlib is not used) left 13-14 of 60 face-keys at its
-#: blur line for dbaf and personal, 8 for ifadit; from slot 2, 2-3, with the face mesh's yaw change median
-#: 2.5-2.7 degrees against 1.9-2.6 (docs/generator.md)
+#: rotated from slot 4, SFace (the guard's recognizer; dlib is not used) stayed at its blur line for 7-15 of 60
+#: face-keys per method; from slot 2, for 1-2, with the face mesh's median yaw change 2.7-2.8 degrees against 1.9-2.8
+#: (python -m benchmarks.deviation_slots, docs/generator.md)
 DEVIATION_SLOTS = tuple(range(2, 19))
 #: the deviation slots of codes carried by blocks of :mod:`zoo.carrier` version 5 and earlier (recovered with them)
 DEVIATION_SLOTS_V5 = tuple(range(4, 19))
