@@ -116,9 +116,14 @@ class WPlusIdentity(torch.nn.Module):
         full = torch.linalg.qr(torch.cat([span.double(), torch.eye(STYLE_DIM, dtype=torch.float64)], 1))[0]
         self.register_buffer("complement", full[:, span.shape[1] : STYLE_DIM].float())
         self.slots = tuple(int(s) for s in slots)
-        self.deviation_slots = tuple(sorted(set(int(s) for s in deviation_slots) | set(self.slots)))
-        if max(self.deviation_slots) >= NUM_SLOTS:
+        self.deviation_slots = self._deviation_set(deviation_slots)
+
+    def _deviation_set(self, deviation_slots: Sequence[int]) -> tuple[int, ...]:
+        """``deviation_slots`` with the identity slots added, sorted; each must be a W+ slot."""
+        slots = tuple(sorted(set(int(s) for s in deviation_slots) | set(self.slots)))
+        if max(slots) >= NUM_SLOTS:
             raise ValueError(f"deviation slots must be in 0..{NUM_SLOTS - 1}, got {list(deviation_slots)}")
+        return slots
 
     @property
     def dim(self) -> int:
@@ -171,7 +176,7 @@ class WPlusIdentity(torch.nn.Module):
             rot = residual_rotation.to(wplus).transpose(1, 2) if inverse else residual_rotation.to(wplus)
             m_new = m_new + (torch.einsum("nc,ncd->nd", rc, rot) - rc) @ comp.T
         out = wplus.clone()
-        slots = list(self.deviation_slots if deviation_slots is None else sorted(set(int(d) for d in deviation_slots) | set(self.slots)))
+        slots = list(self.deviation_slots if deviation_slots is None else self._deviation_set(deviation_slots))
         dev = wplus[:, slots] - self.w_mean.to(wplus) - m[:, None]
         if rotation is not None:
             rot = rotation.to(wplus).transpose(1, 2) if inverse else rotation.to(wplus)
