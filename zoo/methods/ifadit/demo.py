@@ -20,10 +20,13 @@ from .modules import KEYED_SHIFT_CONTEXT, KEYGEN_CONTEXT
 class IFADITDemo(LatentDemoMethod):
     """iFADIT's Secure Identity Flow (eq. 5-8) and KeyGen (eq. 4) on the demo backbone.
 
-    Mapping to the paper: the backbone's latent z (100-d) is the identity code that E_ID gives in the
-    paper (the DCGAN has no separate attribute code, so M_map and E_Attr are the identity and pose is
-    not kept); T is the same :class:`~zoo.nn.flows.SecureIdentityFlow` (official ``allinone`` blocks);
-    KeyGen is KDF -> uniform [-1,1]^key_dim (eq. 4 without f: the DCGAN has no mapping network);
+    Mapping to the paper: the 100-d identity code u of :mod:`zoo.methods.latent_demo` is the identity code
+    that E_ID gives in the paper. On W+ (the shipped default) u is the whitened identity code of the middle
+    W+ slots (:mod:`zoo.nn.wplus_identity`) and the rest of the W+ code plays E_Attr's attributes (pose,
+    expression, hair and lighting stay); on the DCGAN (the tests' small backbone) u is z itself, with no
+    separate attribute code (pose is not kept). T is the same :class:`~zoo.nn.flows.SecureIdentityFlow`
+    (official ``allinone`` blocks); KeyGen is KDF -> uniform [-1,1]^key_dim (eq. 4 without f: the codes
+    are not drawn through a mapping network);
     the ICL's role (estimating z_anon from the anonymized image, eq. 10) is played by the inversion
     encoder plus latent refinement. Phase II losses (eq. 15-19) are computed on latent identity codes:
 
@@ -34,7 +37,7 @@ class IFADITDemo(LatentDemoMethod):
 
     e is Gaussian noise of the size of the re-encoding error (config ``reencode_noise``), so recovery
     holds from a re-encoded image, not only from the exact z_anon. ``prior`` keeps z_anon where the
-    DCGAN draws faces (the paper's StyleGAN2 has a mapping network that does this for any w).
+    backbone draws faces (u ~ N(0, I); the paper's StyleGAN2 has a mapping network that does this for any w).
     """
 
     name = "ifadit"

@@ -17,12 +17,14 @@ from .passwords import PasswordReferences
 class PersonalDemo(PasswordReferences, LatentDemoMethod):
     """Cao et al.'s identity rotation (eq. 13-17) and password library on the demo backbone.
 
-    Mapping to the paper: the demo backbone's latent z (100-d, :mod:`zoo.methods.latent_demo`) is the
-    identity; its direction z / |z| is the unit identity z_bar the paper rotates, and its norm |z| (an
-    appearance statistic of the DCGAN prior, not identity) is kept, as E_attr keeps the attributes. The
-    reference library holds the latent directions of M synthetic training faces (``config.library``);
-    f(p), g(d) and the closed-form inverse are the paper's, unchanged. E_attr + AAD generator are
-    replaced by the DCGAN (pose is not kept). Nothing here is trained beyond the backbone's encoder.
+    Mapping to the paper: the 100-d identity code u of :mod:`zoo.methods.latent_demo` is the identity the
+    paper rotates; its direction u / |u| is the unit identity z_bar, and its norm |u| is kept. On W+ (the
+    shipped default) u is the whitened identity code of the middle W+ slots (:mod:`zoo.nn.wplus_identity`):
+    the rest of the W+ code keeps pose, expression, hair and lighting, as E_attr keeps the attributes, and
+    the key also rotates the identity slots' deviations. On the DCGAN (the tests' small backbone) u is z
+    itself and pose is not kept. The reference library holds the directions of M synthetic identities
+    (``config.library``); f(p), g(d) and the closed-form inverse are the paper's, unchanged. Nothing here
+    is trained beyond the backbone's encoder.
     """
 
     name = "personal"
@@ -32,11 +34,13 @@ class PersonalDemo(PasswordReferences, LatentDemoMethod):
     uses_key = True
     # Default level 4 (g = 95 deg), not the paper's 5, and the reference oriented (orient_reference; not in
     # the paper). Every password's code keeps cos g(d) of the original direction, so two passwords give
-    # look-alikes away from 90 deg. With the paper's rule, levels 2-6 were not exactly invertible in this
-    # 100-d latent (a face overlaps a 10-identity mix by |A| ~ 0.1): right-key recovery 0.72-0.74 at d = 3-4
-    # (benchmarks/personal_levels.py, 100 faces), so the default was 7 (110 deg), where two passwords gave
-    # the same person 0.272 (n = 1200 pairs). Oriented, recovery is 0.95-0.97 at every level, and at d = 4
-    # (same 100 faces) two passwords give the same person 0.21 against 0.30 at d = 7.
+    # look-alikes away from 90 deg. With the paper's rule, levels 2-6 are not exactly invertible in a 100-d
+    # code (a face overlaps a 10-identity mix by |A| ~ 0.1): on the DCGAN, right-key recovery 0.72-0.74 at
+    # d = 3-4 (benchmarks/personal_levels.py, 100 faces). Oriented, recovery is 0.95-0.97 at every level, and
+    # at d = 4 two passwords give the same person 0.21 against 0.30 at d = 7 (same faces). On W+ (20 tuning
+    # faces x 3 passwords, benchmarks/personal_wplus_levels.py; SFace / FaceRes, not dlib) d = 4..7 moves the
+    # drawn face's median cosine to the person only from 0.220 / 0.459 to 0.201 / 0.436, and the yaw change
+    # from 2.2 to 2.6 deg.
     controls = (Control("level", "int", 4, 0, 9, "privacy level d: rotation g(d) = 70..85, 95..120 degrees"), *FIT_CONTROLS)
 
     @property
