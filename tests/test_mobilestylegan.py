@@ -216,6 +216,73 @@ def test_refinement_lowers_the_reconstruction_loss(generator):
     assert result.losses[-1] < 0.8 * result.losses[0]
 
 
+def _mesh_yaw(generator, wplus: torch.Tensor) -> float:
+    from zoo.alignment import ffhq_template
+    from zoo.face_mesh import mesh_head_pose
+    from zoo.imageio import from_tensor
+
+    with torch.no_grad():
+        image = from_tensor(generator.synthesis(wplus, size=256))[0]
+    return float(mesh_head_pose(image, ffhq_template(256))[0])
+
+
+@needs_wheel
+def test_yaw_direction_turns_a_generated_head_both_ways(generator):
+    from zoo.inversion import POSE_SLOTS, _yaw_direction
+
+    direction = _yaw_direction()
+    assert direction is not None and direction.shape == (512,)
+    w = generator.style(_z(4_000_002), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
+    turned = {}
+    for deg in (-15.0, 15.0):
+        code = w.clone()
+        code[:, :POSE_SLOTS] += deg * direction
+        turned[deg] = _mesh_yaw(generator, code)
+    yaw0 = _mesh_yaw(generator, w)
+    assert turned[-15.0] < yaw0 - 5.0 and turned[15.0] > yaw0 + 5.0
+
+
+@needs_wheel
+def test_pose_correction_turns_the_start_toward_the_target_head(generator):
+    from zoo.imageio import from_tensor, to_tensor
+    from zoo.inversion import POSE_SLOTS, _yaw_direction, pose_corrected_start
+
+    w = generator.style(_z(4_000_003), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
+    target_code = w.clone()
+    target_code[:, :POSE_SLOTS] += 25.0 * _yaw_direction()
+    with torch.no_grad():
+        target = to_tensor(from_tensor(generator.synthesis(target_code, size=256))[0])
+    corrected = pose_corrected_start(target, w, generator)
+    wanted = _mesh_yaw(generator, target_code)
+    assert abs(_mesh_yaw(generator, corrected) - wanted) < 0.5 * abs(_mesh_yaw(generator, w) - wanted)
+    assert torch.equal(corrected[:, POSE_SLOTS:], w[:, POSE_SLOTS:])
+
+
+def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
+    import zoo.inversion as inv
+
+    class Drawer:
+        def synthesis(self, wplus, size):
+            return torch.zeros(wplus.shape[0], 3, size, size)
+
+    calls = []
+
+    def fake_yaws(images):  # the targets first (10 deg and unreadable), then each drawn code (0, then on target)
+        calls.append(len(images))
+        if len(calls) == 1:
+            return np.array([10.0, np.nan])
+        return np.array([0.0] * len(images)) if len(calls) == 2 else np.array([10.0] * len(images))
+
+    direction = torch.linspace(-1.0, 1.0, 512)
+    monkeypatch.setattr(inv, "_mesh_yaws", fake_yaws)
+    monkeypatch.setattr(inv, "_yaw_direction", lambda: direction)
+    start = torch.randn(2, 23, 512)
+    out = inv.pose_corrected_start(torch.zeros(2, 3, 256, 256), start, Drawer())
+    assert torch.allclose(out[0, : inv.POSE_SLOTS], start[0, : inv.POSE_SLOTS] + 10.0 * direction)
+    assert torch.equal(out[0, inv.POSE_SLOTS :], start[0, inv.POSE_SLOTS :]) and torch.equal(out[1], start[1])
+    assert calls == [2, 1, 1]  # only the readable face is drawn, and it stops once within a degree
+
+
 @needs_wheel
 def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_rgb):
     import json

@@ -1,6 +1,7 @@
 """Inversion of real faces into the W+ space of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`).
 
-:func:`encode_wplus` gives the trained W+ encoder's estimate (:mod:`zoo.nn.wplus_encoder`) in one pass.
+:func:`encode_wplus` gives the trained W+ encoder's estimate (:mod:`zoo.nn.wplus_encoder`) in one pass, with its
+pose slots turned to the head's yaw as the face mesh measures it (:func:`pose_corrected_start`).
 :func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px image matches FFHQ-aligned crops: Adam
 on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
 images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
@@ -15,6 +16,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,11 +26,32 @@ import torch.nn.functional as F
 
 from .nn.mobilestylegan import MobileStyleGAN, load_mobilestylegan
 
-__all__ = ["ALIGN_SIZE", "DEFAULT_STEPS", "InversionResult", "encode_wplus", "reconstruct_photo", "reconstruction_loss", "refine_wplus"]
+__all__ = [
+    "ALIGN_SIZE",
+    "DEFAULT_STEPS",
+    "POSE_SLOTS",
+    "InversionResult",
+    "encode_wplus",
+    "pose_corrected_start",
+    "reconstruct_photo",
+    "reconstruction_loss",
+    "refine_wplus",
+]
 
 ALIGN_SIZE = 256
 DEFAULT_STEPS = 100
 DEFAULT_LR = 0.04
+#: the generator's yaw direction in W (``training/wplus_pose.py``): the w step per degree of yaw, ``[512]``
+YAW_DIRECTION_FILE = Path(__file__).resolve().parent / "weights" / "wplus_encoder" / "yaw_direction.safetensors"
+#: W+ slots the pose correction moves: the 4 px conv, the 8 and 16 px blocks and the 32 px up-modulation (0-7).
+#: Chosen on the 8 tuning faces whose encoder estimate was more than 4 degrees off in yaw, with one correction and
+#: 20 refinement steps after it: yaw error (face mesh) median / max 6.5 / 36.1 degrees uncorrected, 3.4 / 7.3
+#: moving slots 0-7, 5.0 / 7.3 slots 0-11, 6.4 / 8.1 every slot. The shipped setting on every real face:
+#: ``benchmarks/results/inversion_pose.md``
+POSE_SLOTS = 8
+#: how many times :func:`pose_corrected_start` re-measures and moves a code: on 5 tuning faces the yaw error of the
+#: start went 12.4 / 10.8 / 37.7 -> 3.9 / 8.3 / 20.4 -> 2.3 / 7.1 / 11.8 -> 1.6 / 4.7 / 2.3 degrees
+POSE_ITERATIONS = 3
 
 
 @dataclass
@@ -120,16 +144,65 @@ def _draw_size(matrix: np.ndarray) -> int:
     return next((s for s in SIZES if s >= side), SIZES[-1])
 
 
-def encode_wplus(target: torch.Tensor) -> torch.Tensor | None:
-    """The shipped W+ encoder's estimate ``[B,23,512]`` for FFHQ-aligned ``target [B,3,256,256]`` in [-1,1]; None
-    when no encoder ships (refinement then starts from ``w_avg``)."""
+def encode_wplus(target: torch.Tensor, *, correct_pose: bool = True, generator: MobileStyleGAN | None = None) -> torch.Tensor | None:
+    """The shipped W+ encoder's estimate ``[B,23,512]`` for FFHQ-aligned ``target [B,3,256,256]`` in [-1,1], turned
+    to the head's yaw (``correct_pose``, :func:`pose_corrected_start`); None when no encoder ships (refinement then
+    starts from ``w_avg``)."""
     from .nn.wplus_encoder import load_wplus_encoder
 
     enc = load_wplus_encoder()
     if enc is None:
         return None
     with torch.no_grad():
-        return enc(target.cpu()).to(target)
+        start = enc(target.cpu()).to(target)
+    return pose_corrected_start(target, start, generator) if correct_pose else start
+
+
+@lru_cache(maxsize=1)
+def _yaw_direction() -> torch.Tensor | None:
+    if not YAW_DIRECTION_FILE.is_file():
+        return None
+    from safetensors.torch import load_file
+
+    return load_file(str(YAW_DIRECTION_FILE))["direction"].float()
+
+
+def _mesh_yaws(images: list[np.ndarray]) -> np.ndarray:
+    """Face-mesh yaw (degrees) of FFHQ-aligned uint8 crops; nan where the mesh finds no face."""
+    from .alignment import ffhq_template
+    from .face_mesh import mesh_head_pose
+
+    return np.array([mesh_head_pose(im, ffhq_template(im.shape[0]))[0] for im in images], dtype=np.float64)
+
+
+def pose_corrected_start(target: torch.Tensor, start: torch.Tensor, generator: MobileStyleGAN | None = None) -> torch.Tensor:
+    """``start [B,23,512]`` turned to the head's yaw: slots 0..:data:`POSE_SLOTS`-1 moved along the generator's yaw
+    direction by the face-mesh yaw of ``target [B,3,256,256]`` minus that of the face the code draws (degrees),
+    :data:`POSE_ITERATIONS` times (the direction is linear and undershoots; a face within 1 degree stops).
+
+    The encoder gives a nearly frontal code for a turned head (t1's face 4: 37.7 degrees off), and the defaults' 20
+    refinement steps do not turn it; starting from the turned code they fit the pose. A face the mesh does not
+    find (in the target or a drawn code), or no direction file, keeps its code as it is."""
+    direction = _yaw_direction()
+    if direction is None:
+        return start
+    from .imageio import from_tensor
+
+    g = generator or load_mobilestylegan(target.device)
+    wanted = _mesh_yaws(list(from_tensor(target)))
+    out = start.clone()
+    live = np.isfinite(wanted)
+    for _ in range(POSE_ITERATIONS):
+        if not live.any():
+            break
+        idx = torch.from_numpy(np.flatnonzero(live))
+        with torch.no_grad():
+            drawn = g.synthesis(out[idx], ALIGN_SIZE)
+        delta = (wanted[live] - _mesh_yaws(list(from_tensor(drawn))) + 180.0) % 360.0 - 180.0
+        step = np.where(np.isfinite(delta) & (np.abs(delta) >= 1.0), delta, 0.0)
+        out[idx, :POSE_SLOTS] += torch.tensor(step, dtype=out.dtype, device=out.device)[:, None, None] * direction.to(out)
+        live[np.flatnonzero(live)[step == 0.0]] = False
+    return out
 
 
 def reconstruct_photo(
@@ -177,7 +250,7 @@ def reconstruct_photo(
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop)
         t0 = time.perf_counter()
-        start = encode_wplus(target) if use_encoder else None
+        start = encode_wplus(target, generator=g) if use_encoder else None
         result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
         result.seconds = time.perf_counter() - t0
         size = _draw_size(a.matrix)

@@ -105,7 +105,7 @@ class WPlusLatents:
     def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0) -> torch.Tensor:
         from ..inversion import encode_wplus, refine_wplus
 
-        start = encode_wplus(x)
+        start = encode_wplus(x, generator=self.generator)
         if start is None:
             start = self.generator.mean_wplus(x.shape[0]).to(x)
         if int(steps) <= 0:
