@@ -112,7 +112,10 @@ def write_report(result: dict, out: Path) -> None:
                 f"{np.median(v['sface']):.3f} | {np.median(v['loss']):.4f} |"
             )
     secs = {s: round(p["correction_seconds_per_face"], 3) for s, p in result["splits"].items()}
-    lines += ["", f"The correction's cost (the target's face mesh, then up to 3 rounds of a 256 px draw and its face mesh), seconds per face: {json.dumps(secs)} ({result.get('threads', '?')} threads, under other load)."]
+    lines += [
+        "",
+        f"The correction's cost (the target's face mesh, then up to 3 rounds of a 256 px draw and its face mesh), seconds per face: {json.dumps(secs)} ({result.get('threads', '?')} threads, under other load).",
+    ]
     write_results(out, result, lines)
     print("\n".join(lines))
 

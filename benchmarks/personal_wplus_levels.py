@@ -90,7 +90,12 @@ def main(argv: list[str] | None = None) -> int:
     faces = [f for f in packaged_faces() if f[1] == "tuning"]
     levels = [int(s) for s in args.levels.split(",")]
     per = measure(faces, levels, args.keys)
-    result: dict = {"command": command_line("benchmarks.personal_wplus_levels", argv), "faces": len(faces), "keys": args.keys, "levels": {str(d): v for d, v in per.items()}}
+    result: dict = {
+        "command": command_line("benchmarks.personal_wplus_levels", argv),
+        "faces": len(faces),
+        "keys": args.keys,
+        "levels": {str(d): v for d, v in per.items()},
+    }
     lines = [
         "# `personal`'s privacy level on the FFHQ-grade backbone (tuning faces; SFace, FaceRes and the face mesh, never dlib)",
         "",
