@@ -280,7 +280,7 @@ def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
     out = inv.pose_corrected_start(torch.zeros(2, 3, 256, 256), start, Drawer())
     assert torch.allclose(out[0, : inv.POSE_SLOTS], start[0, : inv.POSE_SLOTS] + 10.0 * direction)
     assert torch.equal(out[0, inv.POSE_SLOTS :], start[0, inv.POSE_SLOTS :]) and torch.equal(out[1], start[1])
-    assert calls == [2, 1, 1]  # only the readable face is drawn, and it stops once within a degree
+    assert calls == [2] + [1] * inv.POSE_ITERATIONS  # only the readable face is drawn, every round
 
 
 @needs_wheel

@@ -178,7 +178,8 @@ def _mesh_yaws(images: list[np.ndarray]) -> np.ndarray:
 def pose_corrected_start(target: torch.Tensor, start: torch.Tensor, generator: MobileStyleGAN | None = None) -> torch.Tensor:
     """``start [B,23,512]`` turned to the head's yaw: slots 0..:data:`POSE_SLOTS`-1 moved along the generator's yaw
     direction by the face-mesh yaw of ``target [B,3,256,256]`` minus that of the face the code draws (degrees),
-    :data:`POSE_ITERATIONS` times (the direction is linear and undershoots; a face within 1 degree stops).
+    :data:`POSE_ITERATIONS` times (the direction is linear and undershoots). Every readable face takes every round, so
+    the code moves continuously with the image (no cut-off that float rounding could flip).
 
     The encoder gives a nearly frontal code for a turned head (t1's face 4: 37.7 degrees off), and the defaults' 20
     refinement steps do not turn it; starting from the turned code they fit the pose. A face the mesh does not
@@ -199,9 +200,8 @@ def pose_corrected_start(target: torch.Tensor, start: torch.Tensor, generator: M
         with torch.no_grad():
             drawn = g.synthesis(out[idx], ALIGN_SIZE)
         delta = (wanted[live] - _mesh_yaws(list(from_tensor(drawn))) + 180.0) % 360.0 - 180.0
-        step = np.where(np.isfinite(delta) & (np.abs(delta) >= 1.0), delta, 0.0)
+        step = np.nan_to_num(delta, nan=0.0)  # a drawn face the mesh cannot read stays where it is this round
         out[idx, :POSE_SLOTS] += torch.tensor(step, dtype=out.dtype, device=out.device)[:, None, None] * direction.to(out)
-        live[np.flatnonzero(live)[step == 0.0]] = False
     return out
 
 
