@@ -193,10 +193,10 @@ def pose_corrected_start(target: torch.Tensor, start: torch.Tensor, generator: M
     wanted = _mesh_yaws(list(from_tensor(target)))
     out = start.clone()
     live = np.isfinite(wanted)
+    if not live.any():
+        return out
+    idx = torch.from_numpy(np.flatnonzero(live))
     for _ in range(POSE_ITERATIONS):
-        if not live.any():
-            break
-        idx = torch.from_numpy(np.flatnonzero(live))
         with torch.no_grad():
             drawn = g.synthesis(out[idx], ALIGN_SIZE)
         delta = (wanted[live] - _mesh_yaws(list(from_tensor(drawn))) + 180.0) % 360.0 - 180.0
