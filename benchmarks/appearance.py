@@ -42,7 +42,7 @@ from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, rows_not_run, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
 from zoo.detectors import DetectedFace
-from zoo.face3d.landmarks import head_pose, predict_landmarks68
+from zoo.face3d.landmarks import angle_difference, head_pose, predict_landmarks68
 
 OUT = Path(__file__).resolve().parent / "results" / "appearance"
 KEY = "appearance"
@@ -129,7 +129,7 @@ def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes:
     scale = max(float(np.hypot(*(lm_in[45] - lm_in[36]))), 1e-6)
     face, ring = _hull_masks(original.shape[:2], lm_in)
     pose_in, pose_out = head_pose(lm_in, original.shape[:2]), head_pose(lm_out, original.shape[:2])
-    yaw = float(abs((pose_out[0] - pose_in[0] + 180.0) % 360.0 - 180.0))
+    yaw = float(abs(angle_difference(pose_out[0], pose_in[0])))
     (m_in, e_in), (m_out, e_out) = _openings(lm_in), _openings(lm_out)
     d = ref.distance(eye, output)
     return {

@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
+from zoo.face3d.landmarks import angle_difference
 
 OUT = Path(__file__).resolve().parent / "results" / "deviation_slots"
 #: SFace cosine at its published threshold: a face at or above it is blurred by the guard (zoo.guard)
@@ -52,7 +53,7 @@ def measure(method_name: str, faces: list, starts: list[int], keys: int) -> dict
                 drawn = method.decode(method.with_identity(code, u_anon, face_keys, deviation_slots=tuple(range(start, 19))))
                 pose = np.array([mesh_head_pose(im, template) for im in from_tensor(drawn)])
                 out[start]["cos"] += (sface.embed_aligned(drawn) * original).sum(1).tolist()
-                out[start]["yaw"] += np.abs((pose[:, 0] - pose0[:, 0] + 180.0) % 360.0 - 180.0).tolist()
+                out[start]["yaw"] += np.abs(angle_difference(pose[:, 0], pose0[:, 0])).tolist()
     return out
 
 

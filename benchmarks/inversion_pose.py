@@ -25,12 +25,13 @@ import torch
 
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
+from zoo.face3d.landmarks import angle_difference
 
 OUT = Path(__file__).resolve().parent / "results" / "inversion_pose"
 
 
 def _angle(a: np.ndarray) -> np.ndarray:
-    return np.abs((a + 180.0) % 360.0 - 180.0)
+    return np.abs(angle_difference(a))
 
 
 def measure(faces: list, steps: int, batch: int = 4) -> dict:

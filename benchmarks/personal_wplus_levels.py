@@ -24,6 +24,7 @@ import torch
 
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
+from zoo.face3d.landmarks import angle_difference
 
 OUT = Path(__file__).resolve().parent / "results" / "personal_wplus_levels"
 SFACE_BLUR, FACERES_BLUR = 0.363, 0.6168  # cosines at which the guard blurs (zoo.guard)
@@ -52,7 +53,8 @@ def measure(faces: list, levels: list[int], keys: int) -> dict[int, dict[str, li
         ims = from_tensor(drawn)
         ims = [np.asarray(i) for i in (ims if isinstance(ims, list) else list(ims))]
         arr = np.stack(ims)
-        cs = (sface.embed_aligned(arr) * ref_s).sum(1) / (np.linalg.norm(sface.embed_aligned(arr), axis=1) * np.linalg.norm(ref_s, axis=1))
+        emb = sface.embed_aligned(arr)
+        cs = (emb * ref_s).sum(1) / (np.linalg.norm(emb, axis=1) * np.linalg.norm(ref_s, axis=1))
         fs = 1.0 - faceres.distance(faceres.embed_aligned(arr), ref_f)
         return cs.tolist(), fs.tolist(), ims
 
@@ -74,7 +76,7 @@ def measure(faces: list, levels: list[int], keys: int) -> dict[int, dict[str, li
                 rec["faceres"] += f
                 rec["wrong_sface"] += ws
                 rec["wrong_faceres"] += wf
-                rec["yaw"] += np.abs((pose[:, 0] - pose0[:, 0] + 180.0) % 360.0 - 180.0).tolist()
+                rec["yaw"] += np.abs(angle_difference(pose[:, 0], pose0[:, 0])).tolist()
                 rec["roundtrip"] += (back - u).abs().amax(1).tolist()
     return out
 

@@ -217,3 +217,13 @@ def test_cli_writes_json_and_markdown_that_hub_cards_read(tmp_path):
 
     rows = load_evaluations(str(out / "eval.json"), "blur")[0]["rows"]
     assert any(r["key"] == "privacy/sface/deid_rate" for r in rows)
+
+
+def test_angle_difference_wraps_across_180():
+    """Angles compare the short way round: 179 and -179 degrees are 2 apart, and the sign says which way."""
+    from zoo.face3d.landmarks import angle_difference, pose_difference
+
+    assert angle_difference(179.0, -179.0) == pytest.approx(-2.0)
+    assert angle_difference(-179.0, 179.0) == pytest.approx(2.0)
+    assert np.allclose(angle_difference(np.array([10.0, 350.0]), 0.0), [10.0, -10.0])
+    assert pose_difference(np.array([179.0, 0.0, 0.0]), np.array([-179.0, 3.0, 0.0])) == pytest.approx(math.hypot(2.0, 3.0))

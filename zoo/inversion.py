@@ -24,6 +24,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from .face3d.landmarks import angle_difference
 from .nn.mobilestylegan import MobileStyleGAN, load_mobilestylegan
 
 __all__ = [
@@ -199,7 +200,7 @@ def pose_corrected_start(target: torch.Tensor, start: torch.Tensor, generator: M
     for _ in range(POSE_ITERATIONS):
         with torch.no_grad():
             drawn = g.synthesis(out[idx], ALIGN_SIZE)
-        delta = (wanted[live] - _mesh_yaws(list(from_tensor(drawn))) + 180.0) % 360.0 - 180.0
+        delta = angle_difference(wanted[live], _mesh_yaws(list(from_tensor(drawn))))
         step = np.nan_to_num(delta, nan=0.0)  # a drawn face the mesh cannot read stays where it is this round
         out[idx, :POSE_SLOTS] += torch.tensor(step, dtype=out.dtype, device=out.device)[:, None, None] * direction.to(out)
     return out

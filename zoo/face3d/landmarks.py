@@ -241,10 +241,14 @@ def pose_from_six_points(pts: np.ndarray, image_size: tuple[int, int]) -> np.nda
     return np.array([yaw, pitch, roll])
 
 
+def angle_difference(a, b=0.0) -> np.ndarray:
+    """Signed difference ``a - b`` of angles in degrees (arrays or scalars), wrapped to [-180, 180)."""
+    return (np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64) + 180.0) % 360.0 - 180.0
+
+
 def pose_difference(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """L2 norm of the (yaw, pitch, roll) difference in degrees, each angle wrapped to [-180, 180)."""
-    d = (np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64) + 180.0) % 360.0 - 180.0
-    return np.linalg.norm(d, axis=-1)
+    return np.linalg.norm(angle_difference(a, b), axis=-1)
 
 
 def component_boxes(lm68: np.ndarray, size: int) -> np.ndarray:

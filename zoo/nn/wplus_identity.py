@@ -210,6 +210,7 @@ def pose_sensitivity(
     ``slots``, averaged over ``faces`` generated faces (truncation 0.7); 256 px, the 468-point face mesh's six pose
     points + solvePnP (:func:`zoo.face_mesh.mesh_head_pose`; never dlib, the evaluation judge)."""
     from ..alignment import ffhq_template
+    from ..face3d.landmarks import angle_difference
     from ..face_mesh import mesh_head_pose
 
     template = ffhq_template(256)
@@ -222,8 +223,8 @@ def pose_sensitivity(
         wp[:faces, list(slots)] += step
         wp[faces:, list(slots)] -= step
         images = ((generator.synthesis(wp, 256).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
-        poses = torch.as_tensor(np.array([mesh_head_pose(im, template) for im in images]))
-        out.append(((poses[:faces] - poses[faces:] + 180) % 360 - 180).mean(0) / (2 * amplitude))
+        poses = np.array([mesh_head_pose(im, template) for im in images])
+        out.append(torch.as_tensor(angle_difference(poses[:faces], poses[faces:])).mean(0) / (2 * amplitude))
     return torch.stack(out)
 
 
