@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
         rows: dict[str, list] = {"tuning": [], "held-out": []}
         wrong: dict[str, list] = {"tuning": [], "held-out": []}
         leaks: list[str] = []
+        leak_rows: list[dict] = []  # each leak's judge distances (dlib, and the guard's SFace and FaceRes)
         t0 = time.time()
         for name, (rgb, boxes) in photos.items():
             for how in a.transforms.split(","):
@@ -119,14 +120,16 @@ def main(argv: list[str] | None = None) -> int:
                 out = RP.undo(np.asarray(result_obj), how)
                 got = judge(ref, out, ref_boxes, faces, judges)
                 rows[RP.split_of(name)] += got
-                leaks += [f"{name}:{how}:{i}" for i, r in enumerate(got) if r["untouched"] or (r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr)]
+                new = [(f"{name}:{how}:{i}", r) for i, r in enumerate(got) if r["untouched"] or (r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr)]
+                leaks += [k for k, _ in new]
+                leak_rows += [{"face": k, **r} for k, r in new]
                 if method.reversible and keyed:
                     rec = method.recover(result_obj, key=WRONG_KEY)
                     back = RP.undo(np.asarray(rec), how)
                     got_w = judge(ref, back, ref_boxes, faces, {"dlib": judges["dlib"]})
                     wrong[RP.split_of(name)] += got_w
                     leaks += [f"{name}:{how}:{i}:wrong-key" for i, r in enumerate(got_w) if r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr]
-        entry = {"seconds": round(time.time() - t0, 1), "leaks": leaks}
+        entry = {"seconds": round(time.time() - t0, 1), "leaks": leaks, "leak_rows": leak_rows}
         for split in ("tuning", "held-out"):
             entry[split] = summarise(rows[split], dlib_thr)
             if wrong[split]:
