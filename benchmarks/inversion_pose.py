@@ -1,14 +1,15 @@
 """Does the W+ inversion keep the head's pose? The encoder's start with and without the yaw correction, then the
-methods' 20 refinement steps, on real faces (face mesh and SFace; never dlib).
+methods' 20 refinement steps, then the fitted code turned again, on real faces (face mesh and SFace; never dlib).
 
     python -m benchmarks.inversion_pose [--split tuning|held-out] [--photos a,b,...] [--steps 20] [--out PATH]
     python -m benchmarks.inversion_pose --merge A.json B.json [--out PATH]    # one results file from split runs
 
 Every face of the real photos (:func:`benchmarks.reconstruct_real.packaged_faces`) of the split is FFHQ-aligned at
 256 px. Two starts: the W+ encoder's estimate as it is, and turned to the face's yaw
-(:func:`zoo.inversion.pose_corrected_start`). From each, ``steps`` pixel refinement steps
-(:func:`zoo.inversion.refine_wplus`, the fit every reversible method runs first). Per start, before and after the
-steps: |yaw| and |pitch| change by the face mesh (:func:`zoo.face_mesh.mesh_head_pose`, degrees) between the drawn
+(:func:`zoo.inversion.pose_corrected`). From each, ``steps`` pixel refinement steps
+(:func:`zoo.inversion.refine_wplus`, the fit every reversible method runs first); from the corrected start, the
+fitted code also turned to the yaw again (``turned again``: what :func:`zoo.inversion.invert_wplus` returns). Per
+row, before and after the steps: |yaw| and |pitch| change by the face mesh (:func:`zoo.face_mesh.mesh_head_pose`, degrees) between the drawn
 face and the original crop; after the steps, SFace cosine to the original and the reconstruction loss. Also the
 correction's own time per face. Writes ``benchmarks/results/inversion_pose.{json,md}``.
 """
@@ -28,6 +29,8 @@ from benchmarks.report import command_line, write_results
 from zoo.face3d.landmarks import angle_difference
 
 OUT = Path(__file__).resolve().parent / "results" / "inversion_pose"
+#: the encoder's start; that start turned to the yaw; the corrected start's fit turned again (zoo.inversion.invert_wplus)
+ROWS = ("encoder", "corrected", "turned again")
 
 
 def _angle(a: np.ndarray) -> np.ndarray:
@@ -40,7 +43,7 @@ def measure(faces: list, steps: int, batch: int = 4) -> dict:
     from zoo.alignment import ffhq_template
     from zoo.face_mesh import mesh_head_pose
     from zoo.imageio import from_tensor, to_tensor
-    from zoo.inversion import encode_wplus, pose_corrected_start, reconstruction_loss, refine_wplus
+    from zoo.inversion import encode_wplus, pose_corrected, reconstruction_loss, refine_wplus
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.nn.sface import load_sface
 
@@ -52,25 +55,30 @@ def measure(faces: list, steps: int, batch: int = 4) -> dict:
         got = np.array([mesh_head_pose(np.asarray(im), template)[:2] for im in from_tensor(images)])
         return _angle(got - pose0[which])
 
-    out: dict = {s: {k: [] for k in ("yaw_start", "pitch_start", "yaw", "pitch", "sface", "loss")} for s in ("encoder", "corrected")}
+    out: dict = {s: {k: [] for k in ("yaw_start", "pitch_start", "yaw", "pitch", "sface", "loss")} for s in ROWS}
     correction_seconds = 0.0
     for i in range(0, len(crops), batch):
         x = torch.cat([to_tensor(c, 256) for c in crops[i : i + batch]])
         which = slice(i, i + x.shape[0])
         plain = encode_wplus(x, correct_pose=False, generator=g)
         t0 = time.perf_counter()
-        corrected = pose_corrected_start(x, plain, g)
+        corrected = pose_corrected(x, plain, g)
         correction_seconds += time.perf_counter() - t0
         with torch.no_grad():
             ref = sface.embed_aligned(x)
+        fits, codes = {}, {}
         for name, start in (("encoder", plain), ("corrected", corrected)):
             with torch.no_grad():
                 e0 = pose_errors(g.synthesis(start, 256), which)
             r = refine_wplus(x, steps, generator=g, start=start)
-            e1 = pose_errors(r.image, which)
+            fits[name], codes[name] = (e0, r.image), r.wplus
+        with torch.no_grad():
+            fits["turned again"] = (fits["corrected"][0], g.synthesis(pose_corrected(x, codes["corrected"], g), 256))
+        for name, (e0, image) in fits.items():
+            e1 = pose_errors(image, which)
             with torch.no_grad():
-                cos = (sface.embed_aligned(r.image) * ref).sum(1)
-                loss = reconstruction_loss(r.image, x)
+                cos = (sface.embed_aligned(image) * ref).sum(1)
+                loss = reconstruction_loss(image, x)
             rec = out[name]
             rec["yaw_start"] += e0[:, 0].tolist()
             rec["pitch_start"] += e0[:, 1].tolist()
@@ -106,7 +114,9 @@ def write_report(result: dict, out: Path) -> None:
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for split, per in result["splits"].items():
-        for name in ("encoder", "corrected"):
+        for name in ROWS:
+            if name not in per:
+                continue
             v = per[name]
             lines.append(
                 f"| {split} | {len(v['yaw'])} | {name} | {_stats(v['yaw_start'])} | {_stats(v['yaw'])} | {_stats(v['pitch'])} | "

@@ -245,14 +245,14 @@ def test_yaw_direction_turns_a_generated_head_both_ways(generator):
 @needs_wheel
 def test_pose_correction_turns_the_start_toward_the_target_head(generator):
     from zoo.imageio import from_tensor, to_tensor
-    from zoo.inversion import POSE_SLOTS, _yaw_direction, pose_corrected_start
+    from zoo.inversion import POSE_SLOTS, _yaw_direction, pose_corrected
 
     w = generator.style(_z(4_000_003), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
     target_code = w.clone()
     target_code[:, :POSE_SLOTS] += 25.0 * _yaw_direction()
     with torch.no_grad():
         target = to_tensor(from_tensor(generator.synthesis(target_code, size=256))[0])
-    corrected = pose_corrected_start(target, w, generator)
+    corrected = pose_corrected(target, w, generator)
     wanted = _mesh_yaw(generator, target_code)
     assert abs(_mesh_yaw(generator, corrected) - wanted) < 0.5 * abs(_mesh_yaw(generator, w) - wanted)
     assert torch.equal(corrected[:, POSE_SLOTS:], w[:, POSE_SLOTS:])
@@ -277,10 +277,43 @@ def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
     monkeypatch.setattr(inv, "_mesh_yaws", fake_yaws)
     monkeypatch.setattr(inv, "_yaw_direction", lambda: direction)
     start = torch.randn(2, 23, 512)
-    out = inv.pose_corrected_start(torch.zeros(2, 3, 256, 256), start, Drawer())
+    out = inv.pose_corrected(torch.zeros(2, 3, 256, 256), start, Drawer())
     assert torch.allclose(out[0, : inv.POSE_SLOTS], start[0, : inv.POSE_SLOTS] + 10.0 * direction)
     assert torch.equal(out[0, inv.POSE_SLOTS :], start[0, inv.POSE_SLOTS :]) and torch.equal(out[1], start[1])
     assert calls == [2] + [1] * inv.POSE_ITERATIONS  # only the readable face is drawn, every round
+
+
+def test_inversion_turns_the_code_before_and_after_the_refinement_steps(monkeypatch):
+    """invert_wplus: the encoder's code is turned to the head's yaw, refined, and the fitted code turned again; the
+    image it returns is drawn from that final code. With correct_pose=False neither turn runs."""
+    import zoo.inversion as inv
+
+    class Drawer:
+        def synthesis(self, wplus, size):
+            return wplus[:, :3, :1, None].expand(-1, -1, size, size).contiguous()
+
+    turned: list[torch.Tensor] = []
+
+    def fake_turn(target, code, generator=None):
+        turned.append(code.detach().clone())
+        return code + 1.0
+
+    def fake_refine(target, steps, *, generator=None, start=None, identity_weight=0.0, prior_weight=0.0):
+        w = start - 0.25
+        return inv.InversionResult(w, generator.synthesis(w, inv.ALIGN_SIZE), [0.0] * steps, 0.0)
+
+    encoded = torch.zeros(1, 23, 512)
+    monkeypatch.setattr(inv, "pose_corrected", fake_turn)
+    monkeypatch.setattr(inv, "refine_wplus", fake_refine)
+    monkeypatch.setattr("zoo.nn.wplus_encoder.load_wplus_encoder", lambda: lambda x: encoded.clone())
+    target = torch.zeros(1, 3, 256, 256)
+    result = inv.invert_wplus(target, 3, generator=Drawer())
+    assert len(turned) == 2 and torch.equal(turned[0], encoded) and torch.equal(turned[1], encoded + 0.75)
+    assert torch.equal(result.wplus, encoded + 1.75) and result.start == "encoder"
+    assert torch.equal(result.image, Drawer().synthesis(result.wplus, 256))
+    turned.clear()
+    plain = inv.invert_wplus(target, 3, generator=Drawer(), correct_pose=False)
+    assert not turned and torch.equal(plain.wplus, encoded - 0.25)
 
 
 @needs_wheel

@@ -4,7 +4,7 @@
         # -> zoo/weights/wplus_encoder/yaw_direction.safetensors
 
 The W+ encoder (:mod:`zoo.nn.wplus_encoder`) gives a nearly frontal code for a turned head, and 20 refinement
-steps do not turn it (:func:`zoo.inversion.pose_corrected_start`). This fits the direction that does: ``samples``
+steps do not turn it (:func:`zoo.inversion.pose_corrected`). This fits the direction that does: ``samples``
 faces of the generator (z ~ N(0, I), truncation ``psi``, drawn at 256 px), the face mesh's yaw of each
 (:func:`zoo.face_mesh.mesh_head_pose`; never dlib), and a ridge regression (penalty ``ridge``) of yaw on w. The
 saved ``direction [512]`` is the w step per degree of yaw (the coefficients over their squared norm): adding

@@ -1,7 +1,7 @@
 """Inversion of real faces into the W+ space of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`).
 
 :func:`encode_wplus` gives the trained W+ encoder's estimate (:mod:`zoo.nn.wplus_encoder`) in one pass, with its
-pose slots turned to the head's yaw as the face mesh measures it (:func:`pose_corrected_start`).
+pose slots turned to the head's yaw as the face mesh measures it (:func:`pose_corrected`).
 :func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px image matches FFHQ-aligned crops: Adam
 on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
 images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
@@ -33,7 +33,8 @@ __all__ = [
     "POSE_SLOTS",
     "InversionResult",
     "encode_wplus",
-    "pose_corrected_start",
+    "invert_wplus",
+    "pose_corrected",
     "reconstruct_photo",
     "reconstruction_loss",
     "refine_wplus",
@@ -50,7 +51,7 @@ YAW_DIRECTION_FILE = Path(__file__).resolve().parent / "weights" / "wplus_encode
 #: moving slots 0-7, 5.0 / 7.3 slots 0-11, 6.4 / 8.1 every slot. The shipped setting on every real face:
 #: ``benchmarks/results/inversion_pose.md``
 POSE_SLOTS = 8
-#: how many times :func:`pose_corrected_start` re-measures and moves a code: on 5 tuning faces the yaw error of the
+#: how many times :func:`pose_corrected` re-measures and moves a code: on 5 tuning faces the yaw error of the
 #: start went 12.4 / 10.8 / 37.7 -> 3.9 / 8.3 / 20.4 -> 2.3 / 7.1 / 11.8 -> 1.6 / 4.7 / 2.3 degrees
 POSE_ITERATIONS = 3
 
@@ -65,6 +66,8 @@ class InversionResult:
     seconds: float = 0.0
     #: step -> (image [B,3,256,256], seconds so far) for each step asked for in ``snapshots``
     snapshots: dict[int, tuple[torch.Tensor, float]] = field(default_factory=dict)
+    #: where the fit started: "encoder" (the W+ encoder's estimate) or "w_avg"
+    start: str = "w_avg"
 
 
 def _grey_gradients(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -147,7 +150,7 @@ def _draw_size(matrix: np.ndarray) -> int:
 
 def encode_wplus(target: torch.Tensor, *, correct_pose: bool = True, generator: MobileStyleGAN | None = None) -> torch.Tensor | None:
     """The shipped W+ encoder's estimate ``[B,23,512]`` for FFHQ-aligned ``target [B,3,256,256]`` in [-1,1], turned
-    to the head's yaw (``correct_pose``, :func:`pose_corrected_start`); None when no encoder ships (refinement then
+    to the head's yaw (``correct_pose``, :func:`pose_corrected`); None when no encoder ships (refinement then
     starts from ``w_avg``)."""
     from .nn.wplus_encoder import load_wplus_encoder
 
@@ -156,7 +159,36 @@ def encode_wplus(target: torch.Tensor, *, correct_pose: bool = True, generator: 
         return None
     with torch.no_grad():
         start = enc(target.cpu()).to(target)
-    return pose_corrected_start(target, start, generator) if correct_pose else start
+    return pose_corrected(target, start, generator) if correct_pose else start
+
+
+def invert_wplus(
+    target: torch.Tensor,
+    steps: int = DEFAULT_STEPS,
+    *,
+    generator: MobileStyleGAN | None = None,
+    use_encoder: bool = True,
+    correct_pose: bool = True,
+    identity_weight: float = 0.0,
+    prior_weight: float = 0.0,
+) -> InversionResult:
+    """The inversion every W+ method and ``zoo reconstruct`` run on FFHQ-aligned ``target [B,3,256,256]`` in [-1,1]:
+    the encoder's code (``use_encoder``, when one ships; else ``w_avg``) turned to the head's yaw, ``steps`` refinement
+    steps (:func:`refine_wplus`; ``prior_weight`` only with an encoder start), then, with ``correct_pose``, the fitted
+    code turned to the yaw again (:func:`pose_corrected`): the pixel steps move the head off the corrected start (on
+    the tuning faces median / p90 yaw error 2.35 / 7.7 degrees after 20 steps, 0.24 / 1.9 turned again;
+    ``benchmarks/results/inversion_pose.md``). ``result.image`` is drawn from the final ``result.wplus``."""
+    g = generator or load_mobilestylegan(target.device)
+    start = encode_wplus(target, correct_pose=correct_pose, generator=g) if use_encoder else None
+    result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
+    result.start = "encoder" if start is not None else "w_avg"
+    if correct_pose and int(steps) > 0:
+        t0 = time.perf_counter()
+        result.wplus = pose_corrected(target, result.wplus, g)
+        with torch.no_grad():
+            result.image = g.synthesis(result.wplus, ALIGN_SIZE)
+        result.seconds += time.perf_counter() - t0
+    return result
 
 
 @lru_cache(maxsize=1)
@@ -176,15 +208,16 @@ def _mesh_yaws(images: list[np.ndarray]) -> np.ndarray:
     return np.array([mesh_head_pose(im, ffhq_template(im.shape[0]))[0] for im in images], dtype=np.float64)
 
 
-def pose_corrected_start(target: torch.Tensor, start: torch.Tensor, generator: MobileStyleGAN | None = None) -> torch.Tensor:
-    """``start [B,23,512]`` turned to the head's yaw: slots 0..:data:`POSE_SLOTS`-1 moved along the generator's yaw
+def pose_corrected(target: torch.Tensor, start: torch.Tensor, generator: MobileStyleGAN | None = None) -> torch.Tensor:
+    """A code ``start [B,23,512]`` turned to the head's yaw: slots 0..:data:`POSE_SLOTS`-1 moved along the generator's yaw
     direction by the face-mesh yaw of ``target [B,3,256,256]`` minus that of the face the code draws (degrees),
     :data:`POSE_ITERATIONS` times (the direction is linear and undershoots). Every readable face takes every round, so
     the code moves continuously with the image (no cut-off that float rounding could flip).
 
     The encoder gives a nearly frontal code for a turned head (t1's face 4: 37.7 degrees off), and the defaults' 20
-    refinement steps do not turn it; starting from the turned code they fit the pose. A face the mesh does not
-    find (in the target or a drawn code), or no direction file, keeps its code as it is."""
+    refinement steps do not turn it; :func:`invert_wplus` turns the encoder's code before the steps and the fitted
+    code after them. A face the mesh does not find (in the target or a drawn code), or no direction file, keeps its
+    code as it is."""
     direction = _yaw_direction()
     if direction is None:
         return start
@@ -218,8 +251,9 @@ def reconstruct_photo(
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Every face of uint8 photo ``rgb [H,W,3]`` redrawn by the generator and pasted back.
 
-    Each face starts from the W+ encoder's estimate (``use_encoder``, when an encoder ships; else ``w_avg``) and is
-    refined ``steps`` Adam steps, pulled toward that start with ``prior_weight``. Returns the new photo and one report
+    Each face is inverted by :func:`invert_wplus` (the W+ encoder's estimate with ``use_encoder``, when an encoder
+    ships, else ``w_avg``; ``steps`` Adam steps pulled toward that start with ``prior_weight``; the yaw turned to the
+    head's before and after the steps). Returns the new photo and one report
     per detected face (box, start, steps, seconds, SFace cosine between the aligned original and its reconstruction,
     the size it was drawn at). A face that cannot be aligned is
     blurred and reported with ``"status": "blurred"``: it is never returned untouched.
@@ -251,8 +285,7 @@ def reconstruct_photo(
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop)
         t0 = time.perf_counter()
-        start = encode_wplus(target, generator=g) if use_encoder else None
-        result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
+        result = invert_wplus(target, steps, generator=g, use_encoder=use_encoder, identity_weight=identity_weight, prior_weight=prior_weight)
         result.seconds = time.perf_counter() - t0
         size = _draw_size(a.matrix)
         with torch.no_grad():
@@ -260,7 +293,7 @@ def reconstruct_photo(
             drawn = result.image if size == ALIGN_SIZE else g.synthesis(result.wplus, size)
         out = paste_back(out, from_tensor(drawn)[0], alignment_matrix(faces[i].landmarks, size))
         reports[i] |= {
-            "start": "encoder" if start is not None else "w_avg",
+            "start": result.start,
             "steps": int(steps),
             "seconds": round(result.seconds, 2),
             "sface_cosine": round(cos, 4),

@@ -80,8 +80,8 @@ class WPlusLatents:
     codes: W+ ``[N,23,512]`` of :mod:`zoo.nn.mobilestylegan`; faces: FFHQ-aligned ``[N,3,256,256]`` in [-1,1];
     identity codes: u ``[N,100]`` (:class:`~zoo.nn.wplus_identity.WPlusIdentity`, about N(0, I) like the DCGAN
     latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
-    ``steps`` Adam steps of :func:`~zoo.inversion.refine_wplus` (with SFace's identity term at
-    ``identity_weight``).
+    ``steps`` Adam steps (with SFace's identity term at ``identity_weight``), the yaw turned to the head's before and
+    after them (:func:`~zoo.inversion.invert_wplus`).
     """
 
     resolution = 256
@@ -103,14 +103,12 @@ class WPlusLatents:
         return self.identity.rotations(normals, residual)
 
     def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0) -> torch.Tensor:
-        from ..inversion import encode_wplus, refine_wplus
+        from ..inversion import encode_wplus, invert_wplus
 
+        if int(steps) > 0:
+            return invert_wplus(x, int(steps), generator=self.generator, identity_weight=float(identity_weight)).wplus
         start = encode_wplus(x, generator=self.generator)
-        if start is None:
-            start = self.generator.mean_wplus(x.shape[0]).to(x)
-        if int(steps) <= 0:
-            return start
-        return refine_wplus(x, int(steps), generator=self.generator, start=start, identity_weight=float(identity_weight)).wplus
+        return self.generator.mean_wplus(x.shape[0]).to(x) if start is None else start
 
     def decode(self, wplus: torch.Tensor) -> torch.Tensor:
         return self.generator.synthesis(wplus, self.resolution)
