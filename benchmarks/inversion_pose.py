@@ -101,7 +101,7 @@ def _stats(v: list[float]) -> str:
 
 def write_report(result: dict, out: Path) -> None:
     lines = [
-        "# Head pose through the W+ inversion: the encoder's start, with and without the yaw correction (face mesh, SFace; never dlib)",
+        "# Head pose through the W+ inversion: the encoder's start, with and without the yaw correction, and the fit turned again (face mesh, SFace; never dlib)",
         "",
         f"`{result['command']}`. {result['steps']} pixel refinement steps (the reversible methods' first fit). |change| against the "
         "original crop in degrees by the face mesh: median | 90th percentile | max | faces over 5 degrees (of those the mesh "
