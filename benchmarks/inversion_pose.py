@@ -8,7 +8,8 @@ Every face of the real photos (:func:`benchmarks.reconstruct_real.packaged_faces
 256 px. Two starts: the W+ encoder's estimate as it is, and turned to the face's yaw
 (:func:`zoo.inversion.pose_corrected`). From each, ``steps`` pixel refinement steps
 (:func:`zoo.inversion.refine_wplus`, the fit every reversible method runs first); from the corrected start, the
-fitted code also turned to the yaw again (``turned again``: what :func:`zoo.inversion.invert_wplus` returns). Per
+fitted code also turned to the yaw again (``turned again``; :func:`zoo.inversion.invert_wplus` does not do it, see
+there). Per
 row, before and after the steps: |yaw| and |pitch| change by the face mesh (:func:`zoo.face_mesh.mesh_head_pose`, degrees) between the drawn
 face and the original crop; after the steps, SFace cosine to the original and the reconstruction loss. Also the
 correction's own time per face. Writes ``benchmarks/results/inversion_pose.{json,md}``.
@@ -29,7 +30,7 @@ from benchmarks.report import command_line, write_results
 from zoo.face3d.landmarks import angle_difference
 
 OUT = Path(__file__).resolve().parent / "results" / "inversion_pose"
-#: the encoder's start; that start turned to the yaw; the corrected start's fit turned again (zoo.inversion.invert_wplus)
+#: the encoder's start; that start turned to the yaw (what zoo.inversion.invert_wplus refines); its fit turned again
 ROWS = ("encoder", "corrected", "turned again")
 
 

@@ -283,9 +283,9 @@ def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
     assert calls == [2] + [1] * inv.POSE_ITERATIONS  # only the readable face is drawn, every round
 
 
-def test_inversion_turns_the_code_before_and_after_the_refinement_steps(monkeypatch):
-    """invert_wplus: the encoder's code is turned to the head's yaw, refined, and the fitted code turned again; the
-    image it returns is drawn from that final code. With correct_pose=False neither turn runs."""
+def test_inversion_turns_the_encoders_code_before_the_refinement_steps(monkeypatch):
+    """invert_wplus: the encoder's code is turned to the head's yaw, then refined from there; the fitted code is not
+    turned again. With correct_pose=False the encoder's code is refined as it is."""
     import zoo.inversion as inv
 
     class Drawer:
@@ -293,12 +293,14 @@ def test_inversion_turns_the_code_before_and_after_the_refinement_steps(monkeypa
             return wplus[:, :3, :1, None].expand(-1, -1, size, size).contiguous()
 
     turned: list[torch.Tensor] = []
+    starts: list[torch.Tensor] = []
 
     def fake_turn(target, code, generator=None):
         turned.append(code.detach().clone())
         return code + 1.0
 
     def fake_refine(target, steps, *, generator=None, start=None, identity_weight=0.0, prior_weight=0.0):
+        starts.append(start.clone())
         w = start - 0.25
         return inv.InversionResult(w, generator.synthesis(w, inv.ALIGN_SIZE), [0.0] * steps, 0.0)
 
@@ -308,9 +310,8 @@ def test_inversion_turns_the_code_before_and_after_the_refinement_steps(monkeypa
     monkeypatch.setattr("zoo.nn.wplus_encoder.load_wplus_encoder", lambda: lambda x: encoded.clone())
     target = torch.zeros(1, 3, 256, 256)
     result = inv.invert_wplus(target, 3, generator=Drawer())
-    assert len(turned) == 2 and torch.equal(turned[0], encoded) and torch.equal(turned[1], encoded + 0.75)
-    assert torch.equal(result.wplus, encoded + 1.75) and result.start == "encoder"
-    assert torch.equal(result.image, Drawer().synthesis(result.wplus, 256))
+    assert len(turned) == 1 and torch.equal(turned[0], encoded) and torch.equal(starts[0], encoded + 1.0)
+    assert torch.equal(result.wplus, encoded + 0.75) and result.start == "encoder"
     turned.clear()
     plain = inv.invert_wplus(target, 3, generator=Drawer(), correct_pose=False)
     assert not turned and torch.equal(plain.wplus, encoded - 0.25)

@@ -80,8 +80,8 @@ class WPlusLatents:
     codes: W+ ``[N,23,512]`` of :mod:`zoo.nn.mobilestylegan`; faces: FFHQ-aligned ``[N,3,256,256]`` in [-1,1];
     identity codes: u ``[N,100]`` (:class:`~zoo.nn.wplus_identity.WPlusIdentity`, about N(0, I) like the DCGAN
     latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
-    ``steps`` Adam steps (with SFace's identity term at ``identity_weight``), the yaw turned to the head's before and
-    after them (:func:`~zoo.inversion.invert_wplus`).
+    ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's yaw
+    (:func:`~zoo.inversion.invert_wplus`).
     """
 
     resolution = 256
