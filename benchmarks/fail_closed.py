@@ -67,17 +67,22 @@ def judge(ref: np.ndarray, out: np.ndarray, boxes: np.ndarray, faces: list, judg
     return rows
 
 
+def matched(row: dict, dlib_thr: float) -> bool:
+    """A judged face (box side >= :data:`MIN_JUDGED`) that dlib still calls the same person."""
+    return row["size"] >= MIN_JUDGED and row.get("dlib", 9) < dlib_thr
+
+
 def summarise(rows: list[dict], dlib_thr: float, key: str = "dlib") -> dict:
     from training.evaluate import wilson_interval
 
     judged = [r for r in rows if r["size"] >= MIN_JUDGED and key in r]
-    matched = [r for r in judged if r[key] < dlib_thr]
+    hits = [r for r in judged if r[key] < dlib_thr]
     untouched = sum(r["untouched"] for r in rows) if key == "dlib" else None
     out = {
         "faces": len(rows),
         "judged": len(judged),
-        "matched": len(matched),
-        "matched_ci95": [round(v, 4) for v in wilson_interval(len(matched), len(judged))] if judged else None,
+        "matched": len(hits),
+        "matched_ci95": [round(v, 4) for v in wilson_interval(len(hits), len(judged))] if judged else None,
         "untouched": untouched,
     }
     for name in ("sface", "faceres"):
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 out = RP.undo(np.asarray(result_obj), how)
                 got = judge(ref, out, ref_boxes, faces, judges)
                 rows[RP.split_of(name)] += got
-                new = [(f"{name}:{how}:{i}", r) for i, r in enumerate(got) if r["untouched"] or (r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr)]
+                new = [(f"{name}:{how}:{i}", r) for i, r in enumerate(got) if r["untouched"] or matched(r, dlib_thr)]
                 leaks += [k for k, _ in new]
                 leak_rows += [{"face": k, **r} for k, r in new]
                 if method.reversible and keyed:
@@ -128,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                     back = RP.undo(np.asarray(rec), how)
                     got_w = judge(ref, back, ref_boxes, faces, {"dlib": judges["dlib"]})
                     wrong[RP.split_of(name)] += got_w
-                    leaks += [f"{name}:{how}:{i}:wrong-key" for i, r in enumerate(got_w) if r["size"] >= MIN_JUDGED and r.get("dlib", 9) < dlib_thr]
+                    leaks += [f"{name}:{how}:{i}:wrong-key" for i, r in enumerate(got_w) if matched(r, dlib_thr)]
         entry = {"seconds": round(time.time() - t0, 1), "leaks": leaks, "leak_rows": leak_rows}
         for split in ("tuning", "held-out"):
             entry[split] = summarise(rows[split], dlib_thr)

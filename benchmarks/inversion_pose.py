@@ -9,9 +9,8 @@ Every face of the real photos (:func:`benchmarks.reconstruct_real.packaged_faces
 (:func:`zoo.inversion.pose_corrected`). From each, ``steps`` pixel refinement steps
 (:func:`zoo.inversion.refine_wplus`, the fit every reversible method runs first); from the corrected start, the
 fitted code also turned to the yaw again (``turned again``; :func:`zoo.inversion.invert_wplus` does not do it, see
-there). Per
-row, before and after the steps: |yaw| and |pitch| change by the face mesh (:func:`zoo.face_mesh.mesh_head_pose`, degrees) between the drawn
-face and the original crop; after the steps, SFace cosine to the original and the reconstruction loss. Also the
+there). Per row, before and after the steps: |yaw| and |pitch| change by the face mesh
+(:func:`zoo.face_mesh.mesh_head_pose`, degrees) between the drawn face and the original crop; after the steps, SFace cosine to the original and the reconstruction loss. Also the
 correction's own time per face. Writes ``benchmarks/results/inversion_pose.{json,md}``.
 """
 
@@ -34,12 +33,8 @@ OUT = Path(__file__).resolve().parent / "results" / "inversion_pose"
 ROWS = ("encoder", "corrected", "turned again")
 
 
-def _angle(a: np.ndarray) -> np.ndarray:
-    return np.abs(angle_difference(a))
-
-
 def measure(faces: list, steps: int, batch: int = 4) -> dict:
-    """start ("encoder" | "corrected") -> per-face lists (yaw/pitch errors at the start and after ``steps``, SFace
+    """row (:data:`ROWS`) -> per-face lists (yaw/pitch errors at the start and after ``steps``, SFace
     cosine, loss), plus the correction's seconds per face."""
     from zoo.alignment import ffhq_template
     from zoo.face_mesh import mesh_head_pose
@@ -54,7 +49,7 @@ def measure(faces: list, steps: int, batch: int = 4) -> dict:
 
     def pose_errors(images: torch.Tensor, which: slice) -> np.ndarray:
         got = np.array([mesh_head_pose(np.asarray(im), template)[:2] for im in from_tensor(images)])
-        return _angle(got - pose0[which])
+        return np.abs(angle_difference(got, pose0[which]))
 
     out: dict = {s: {k: [] for k in ("yaw_start", "pitch_start", "yaw", "pitch", "sface", "loss")} for s in ROWS}
     correction_seconds = 0.0

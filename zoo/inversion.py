@@ -180,12 +180,15 @@ def invert_wplus(
     The steps move the head off the corrected start (held-out face-mesh yaw error median / p90 2.0 / 7.1 degrees
     after 20 steps). Turning the fitted code again brings that to 0.7 / 2.4 (``benchmarks/results/inversion_pose.md``,
     row "turned again") but is not done: on the packaged photos the anonymized faces' head pose (dlib landmarks) did
-    not follow, since each method's identity edit moves the pose slots again, and the guard recognizers found the
-    tuning faces closer to their originals (SFace distance median 0.752 against 0.789 for ``dbaf``)."""
+    not follow (each method's identity edit also moves the pose slots), and the guard recognizers found the tuning
+    faces closer to their originals (SFace distance median 0.752 against 0.789 for ``dbaf``). ``result.seconds``
+    covers the whole inversion (encoder, turn and steps)."""
+    t0 = time.perf_counter()
     g = generator or load_mobilestylegan(target.device)
     start = encode_wplus(target, correct_pose=correct_pose, generator=g) if use_encoder else None
     result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
     result.start = "encoder" if start is not None else "w_avg"
+    result.seconds = time.perf_counter() - t0
     return result
 
 
@@ -281,9 +284,7 @@ def reconstruct_photo(
     for i, a in aligned:
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop)
-        t0 = time.perf_counter()
         result = invert_wplus(target, steps, generator=g, use_encoder=use_encoder, identity_weight=identity_weight, prior_weight=prior_weight)
-        result.seconds = time.perf_counter() - t0
         size = _draw_size(a.matrix)
         with torch.no_grad():
             cos = float((sface.embed_aligned(result.image) * sface.embed_aligned(target)).sum())
