@@ -180,7 +180,7 @@ def demo_method():
     from pathlib import Path
 
     cfg = load_config(Path(__file__).resolve().parents[1] / DEMO)
-    cfg["step2"] = {**(cfg.get("step2") or {}), "restorer": False}  # Step I of the demo recipe (restorer: test_ideudemon_restorer.py)
+    cfg["step2"] = {**(cfg.get("step2") or {}), "restorer": False, "prior": None}  # Step I of the demo recipe (Step II: test_ideudemon_restorer.py)
     return IDEudemon.from_config(cfg).to("cpu")
 
 
@@ -224,17 +224,17 @@ def test_registration_puts_the_detected_features_on_the_coded_geometry(demo_meth
     from zoo.detection import detect_faces
     from zoo.face3d.landmarks import detect_landmarks68
 
-    assert demo_method.register_features  # the demo config turns it on
     crops = np.stack([align_face(t1_rgb, f.landmarks, 256).crop for f in detect_faces(t1_rgb)[:3]])
     x = to_tensor(crops)
     try:
         with torch.no_grad():
             s1 = demo_method.step_one(x, _keys("register", 3), 0.25)
+            demo_method.register_features = True  # step1.register_features (off in the demo, whose Step II redraws the face)
             moved = demo_method.step_two(x, s1)
             demo_method.register_features = False
             plain = demo_method.step_two(x, s1)
     finally:
-        demo_method.register_features = True
+        demo_method.register_features = False
     coded = demo_method.head_model.target_vertices(s1["z_id_p"], s1["app"], s1["cam"])[:, :68]
 
     def off_geometry(images: torch.Tensor) -> float:  # mean px between detected and coded landmarks

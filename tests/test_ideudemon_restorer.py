@@ -1,19 +1,25 @@
-"""IDEudemon Step II on the demo recipe: the restorer path runs at its own size (64 px) inside larger
-crops, keeps every pixel outside the blend mask, and changes the face region compared with Step I alone."""
+"""IDEudemon Step II on the demo recipe: the trained restorer's path runs at its own size (64 px) inside larger
+crops, keeps every pixel outside the blend mask, and changes the face region compared with Step I alone; the
+shipped FFHQ-prior Step II draws a sharper face than Step I, farther from the person, and keeps the rest."""
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import numpy as np
+import pytest
 import torch
 
 from training.train import load_config
 from zoo.imageio import to_tensor
 from zoo.keys import Secret
-from zoo.methods.ideudemon import IDEudemon
+from zoo.methods.ideudemon import IDEudemon, IDEudemonStepOne
+from zoo.methods.ideudemon.restorer import FFHQPriorRestorer
 
 REPO = Path(__file__).resolve().parents[1]
 DEMO = REPO / "training/configs/ideudemon_demo.yaml"
+needs_generator = pytest.mark.skipif(importlib.util.find_spec("random_face") is None, reason="random-face wheel not installed (bash scripts/setup.sh)")
 
 
 def _keys(secret: str, n: int):
@@ -26,6 +32,7 @@ def test_restorer_path_keeps_outside_pixels_and_changes_the_face():
 
     cfg = load_config(DEMO)
     assert cfg["step2"]["restorer"] and int(cfg["step2"]["size"]) == 64
+    cfg["step2"] = {**cfg["step2"], "prior": None}  # the trained restorer's path (the FFHQ prior: the test below)
     torch.manual_seed(0)
     from zoo.nn.gfpgan import GFPGANv1Clean
 
@@ -64,3 +71,38 @@ def test_shipped_checkpoint_holds_a_restorer_in_fp16():
         dtypes = {f.get_tensor(k).dtype for k in f.keys()}
     assert dtypes == {torch.float16}
     assert sum(p.stat().st_size for p in files) < 4 * 2**20
+
+
+@needs_generator
+def test_ffhq_prior_draws_a_sharper_face_farther_from_the_person_and_keeps_the_rest(t1_rgb, sface_judge):
+    """The shipped Step II (step2.prior ffhq): the W+ encoder + FFHQ-grade generator redraw the Step I hybrid."""
+    import cv2
+
+    import zoo
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
+    from zoo.imageio import from_tensor
+
+    m = zoo.load("ideudemon", device="cpu")
+    assert isinstance(m.ffhq_prior, FFHQPriorRestorer) and "FFHQ prior" in m.weights_label
+    x = to_tensor(np.stack([align_face(t1_rgb, f.landmarks, 256).crop for f in detect_faces(t1_rgb)[:3]]))
+    with torch.no_grad():
+        s1 = m.step_one(x, _keys("prior", 3), 0.25)
+        y = m.step_two(x, s1)
+    step_one = m.blend(s1["x_l"], x, s1["head"]).clamp(-1, 1)
+    outside = (s1["head"] == 0).expand_as(x)
+    assert outside.float().mean().item() > 0.05 and torch.equal(y[outside], x[outside])  # pixel-exact outside the blend mask
+    inside = (s1["head"][:, 0] > 0.99).numpy()
+
+    def detail(images: torch.Tensor) -> np.ndarray:  # Laplacian variance inside the blend mask, per face
+        grey = [cv2.cvtColor(im, cv2.COLOR_RGB2GRAY).astype(np.float64) for im in from_tensor(images)]
+        return np.array([cv2.Laplacian(g, cv2.CV_64F)[k].var() for g, k in zip(grey, inside)])
+
+    print("detail prior / Step I:", detail(y).round(1), detail(step_one).round(1))
+    assert (detail(y) > 1.3 * detail(step_one)).all()  # measured 1.8-5.4x: a drawn face, not the smeared render
+    e = lambda t: sface_judge.embed_aligned(from_tensor(t))  # noqa: E731
+    far = sface_judge.distance(e(x), e(y))
+    print("SFace distance to the person:", far.round(3))
+    assert (far > 0.7).all()  # measured 0.84-0.93; SFace's same-person line is 0.637
+    with pytest.raises(ValueError, match="step2.prior"):
+        IDEudemonStepOne({**load_config(DEMO), "step2": {"restorer": False, "prior": "gfpgan"}}, {})

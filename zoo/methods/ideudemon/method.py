@@ -58,6 +58,7 @@ from ...registry import register_method
 from ..base import Control, NeuralMethod
 from .modules import (
     FACE_CLASSES,
+    FFHQ_PRIOR_LABEL,
     GUARD_SCALE_STEP,
     METHOD_NAME,
     RESTORER_LABEL,
@@ -71,7 +72,7 @@ from .modules import (
     hybrid_image,
     id_noise,
 )
-from .restorer import SFacePerceptual, has_restorer
+from .restorer import FFHQPriorRestorer, SFacePerceptual, has_restorer
 
 
 @register_method("ideudemon", default_repo="face-deid-zoo/ideudemon")
@@ -162,8 +163,13 @@ class IDEudemon(NeuralMethod):
         #: ``step2.enabled`` (default true): whether anonymization runs the restorer; a checkpoint may ship
         #: one switched off (set ``method.use_restorer = True`` to run it)
         self.use_restorer = "restorer" in self.components and bool(step2.get("enabled", True))
-        if bool(step2.get("demo", False)) and "restorer" in self.components:
-            self.weights_label = RESTORER_LABEL if self.use_restorer else RESTORER_OFF_LABEL
+        prior = step2.get("prior")
+        if prior not in (None, "ffhq"):
+            raise ValueError(f"step2.prior must be 'ffhq' or absent, not {prior!r}")
+        #: ``step2.prior: ffhq``: Step II draws the face on the FFHQ prior (:class:`FFHQPriorRestorer`) in place of a restorer
+        self.ffhq_prior = FFHQPriorRestorer() if prior == "ffhq" else None
+        if bool(step2.get("demo", False)) and (self.ffhq_prior or "restorer" in self.components):
+            self.weights_label = FFHQ_PRIOR_LABEL if self.ffhq_prior else RESTORER_LABEL if self.use_restorer else RESTORER_OFF_LABEL
         if "restorer" in self.components and next(self.components["restorer"].parameters()).dtype != torch.float32:
             self.components["restorer"] = self.components["restorer"].float()  # shipped in fp16, run in fp32
         vsa = dict(self.config.get("vsa", {}) or {})
@@ -265,7 +271,9 @@ class IDEudemon(NeuralMethod):
     def restore(self, x_l: torch.Tensor, noise: list[torch.Tensor] | None = None) -> torch.Tensor:
         """G(X_l) -> X': the GFPGAN-style restorer; its fixed noise buffers (deterministic) unless ``noise``
         (one ``[N, 1, r, r]`` map per style conv, e.g. :meth:`_train_noise`) is given. Without a restorer
-        (:class:`IDEudemonStepOne`) X_l itself."""
+        (:class:`IDEudemonStepOne`) X_l itself. With ``step2.prior: ffhq`` the FFHQ-prior face (not while training)."""
+        if self.ffhq_prior is not None and not self.training_mode:
+            return self.ffhq_prior(x_l)
         if "restorer" not in self.components or not (self.use_restorer or self.training_mode):
             return x_l
         r, s = x_l.shape[-1], self.restorer_size
@@ -402,18 +410,7 @@ class IDEudemon(NeuralMethod):
 
     def _augment(self, x: torch.Tensor) -> torch.Tensor:
         """Horizontal flip (p = 0.5) and colour jitter (GFPGAN: p = 0.3, shift 20/255 per channel), Sec. 4.1."""
-        aug = dict(self.config.get("augment", {}) or {})
-        g = self.train_generator if self.train_generator is not None else torch.Generator().manual_seed(0)
-        n = x.shape[0]
-        if aug.get("hflip", True):
-            flip = (torch.rand(n, generator=g) < 0.5).to(x.device)
-            x = torch.where(flip.view(n, 1, 1, 1), x.flip(-1), x)
-        p, shift = float(aug.get("color_jitter_prob", 0.3)), float(aug.get("color_jitter_shift", 20.0))
-        if p > 0 and shift > 0:
-            on = (torch.rand(n, generator=g) < p).to(x)
-            delta = (torch.rand(n, 3, generator=g) * 2 - 1).to(x) * (2 * shift / 255.0)
-            x = (x + on.view(n, 1, 1, 1) * delta.view(n, 3, 1, 1)).clamp(-1, 1)
-        return x
+        return self._augment_pair(x, x, torch.zeros(x.shape[0], 3, 4, device=x.device))[0]
 
     def _triplet(self, batch: dict[str, torch.Tensor], step: int) -> dict[str, Any]:
         """(X, X_l from the unperturbed fit, component boxes), computed once per step and batch."""
@@ -450,6 +447,7 @@ class IDEudemon(NeuralMethod):
         return {"x": x, "x_l": x_l, "boxes": boxes}
 
     def _augment_pair(self, x: torch.Tensor, x_l: torch.Tensor, boxes: torch.Tensor):
+        """The augmentation of :meth:`_augment` applied alike to X, X_l and the component boxes ``[N,3,4]``."""
         aug = dict(self.config.get("augment", {}) or {})
         g = self.train_generator if self.train_generator is not None else torch.Generator().manual_seed(0)
         n, r = x.shape[0], x.shape[-1]

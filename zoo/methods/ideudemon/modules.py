@@ -64,3 +64,10 @@ RESTORER_OFF_LABEL = (
     "faces); a small GFPGAN-style restorer trained here on CPU (64 px, synthetic faces) ships switched off "
     "(it raised the head-pose error; method.use_restorer = True runs it); not the paper's HeadNeRF / GFPGAN weights"
 )
+
+
+FFHQ_PRIOR_LABEL = (
+    "demo: Step I on the offline mesh backend (shape + texture spaces learned here from synthetic faces); Step II on "
+    "the FFHQ prior: the W+ encoder trained here and the FFHQ-grade generator (MobileStyleGAN, distilled from "
+    "StyleGAN2-FFHQ) draw the face; not the paper's HeadNeRF / GFPGAN weights"
+)

@@ -1,5 +1,5 @@
-"""Step II's restorer G (GFPGAN-style, Sec. 3.4): the identity-perceptual loss network of eq. 8 and the export
-of a trained restorer into a checkpoint."""
+"""Step II's restorer G (Sec. 3.4): the FFHQ-prior restorer the shipped checkpoint runs, the identity-perceptual loss
+network of eq. 8 for training a GFPGAN-style one, and the export of a trained restorer into a checkpoint."""
 
 from __future__ import annotations
 
@@ -10,6 +10,34 @@ import torch.nn.functional as F
 from torch import nn
 
 from .modules import METHOD_NAME
+
+
+class FFHQPriorRestorer:
+    """G(X_l) on the FFHQ prior (config ``step2.prior: ffhq``): the paper's restorer is GFPGAN, a U-Net that maps the
+    degraded face into a pretrained StyleGAN2-FFHQ's latent space and modulates its features (CS-SFT). Here the
+    latent path alone, with networks that ship: the W+ encoder trained here (:func:`zoo.inversion.encode_wplus`,
+    turned to the head's yaw) maps X_l into the W+ of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`,
+    distilled from StyleGAN2-FFHQ), which draws the photo-real face at 256 px. No spatial features pass from X_l,
+    so the face is the generator's: pose, shape, tone and lighting of the render, fine detail and teeth the prior's.
+    Nothing here is trained for IDEudemon.
+
+    ``x_l`` FFHQ-aligned ``[N,3,R,R]`` in [-1,1] -> ``[N,3,R,R]`` in [-1,1] (resized to and from 256 px)."""
+
+    size = 256
+
+    def __call__(self, x_l: torch.Tensor) -> torch.Tensor:
+        from ...inversion import encode_wplus
+        from ...nn.mobilestylegan import load_mobilestylegan
+
+        generator = load_mobilestylegan(x_l.device)
+        r, s = x_l.shape[-1], self.size
+        target = x_l if r == s else F.interpolate(x_l, size=(s, s), mode="bilinear", align_corners=False, antialias=True)
+        wplus = encode_wplus(target.float(), generator=generator)
+        if wplus is None:
+            raise FileNotFoundError("ideudemon step2.prior 'ffhq' needs the W+ encoder (zoo/weights/wplus_encoder)")
+        with torch.no_grad():
+            face = generator.synthesis(wplus, s).to(x_l.dtype)
+        return face if r == s else F.interpolate(face, size=(r, r), mode="bilinear", align_corners=False, antialias=r < s)
 
 
 class SFacePerceptual(nn.Module):
