@@ -217,13 +217,11 @@ def test_refinement_lowers_the_reconstruction_loss(generator):
 
 
 def _mesh_yaw(generator, wplus: torch.Tensor) -> float:
-    from zoo.alignment import ffhq_template
-    from zoo.face_mesh import mesh_head_pose
     from zoo.imageio import from_tensor
+    from zoo.inversion import mesh_yaws
 
     with torch.no_grad():
-        image = from_tensor(generator.synthesis(wplus, size=256))[0]
-    return float(mesh_head_pose(image, ffhq_template(256))[0])
+        return float(mesh_yaws(list(from_tensor(generator.synthesis(wplus, size=256))))[0])
 
 
 @needs_wheel
@@ -274,7 +272,7 @@ def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
         return np.array([0.0] * len(images)) if len(calls) == 2 else np.array([10.0] * len(images))
 
     direction = torch.linspace(-1.0, 1.0, 512)
-    monkeypatch.setattr(inv, "_mesh_yaws", fake_yaws)
+    monkeypatch.setattr(inv, "mesh_yaws", fake_yaws)
     monkeypatch.setattr(inv, "_yaw_direction", lambda: direction)
     start = torch.randn(2, 23, 512)
     out = inv.pose_corrected(torch.zeros(2, 3, 256, 256), start, Drawer())

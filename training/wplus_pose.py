@@ -27,23 +27,21 @@ from zoo.inversion import YAW_DIRECTION_FILE
 
 def sample_yaws(n: int, psi: float, seed: int, batch: int = 8) -> tuple[np.ndarray, np.ndarray]:
     """(w [M,512], yaw [M] degrees) of ``n`` generated faces; faces the mesh does not find are left out."""
-    from zoo.alignment import ffhq_template
-    from zoo.face_mesh import mesh_head_pose
     from zoo.imageio import from_tensor
+    from zoo.inversion import mesh_yaws
     from zoo.nn.mobilestylegan import NUM_SLOTS, load_mobilestylegan
 
-    g, template = load_mobilestylegan(), ffhq_template(256)
+    g = load_mobilestylegan()
     gen = torch.Generator().manual_seed(seed)
     ws, yaws = [], []
     with torch.no_grad():
         for start in range(0, n, batch):
             w = g.style(torch.randn(min(batch, n - start), 512, generator=gen), psi)
             images = from_tensor(g.synthesis(w[:, None].expand(-1, NUM_SLOTS, -1), 256))
-            for wi, im in zip(w, images):
-                yaw = float(mesh_head_pose(np.asarray(im), template)[0])
+            for wi, yaw in zip(w, mesh_yaws(list(images))):
                 if np.isfinite(yaw):
                     ws.append(wi.numpy())
-                    yaws.append(yaw)
+                    yaws.append(float(yaw))
     return np.array(ws, np.float64), np.array(yaws, np.float64)
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "InversionResult",
     "encode_wplus",
     "invert_wplus",
+    "mesh_yaws",
     "pose_corrected",
     "reconstruct_photo",
     "reconstruction_loss",
@@ -201,7 +202,7 @@ def _yaw_direction() -> torch.Tensor | None:
     return load_file(str(YAW_DIRECTION_FILE))["direction"].float()
 
 
-def _mesh_yaws(images: list[np.ndarray]) -> np.ndarray:
+def mesh_yaws(images: list[np.ndarray]) -> np.ndarray:
     """Face-mesh yaw (degrees) of FFHQ-aligned uint8 crops; nan where the mesh finds no face."""
     from .alignment import ffhq_template
     from .face_mesh import mesh_head_pose
@@ -224,7 +225,7 @@ def pose_corrected(target: torch.Tensor, start: torch.Tensor, generator: MobileS
     from .imageio import from_tensor
 
     g = generator or load_mobilestylegan(target.device)
-    wanted = _mesh_yaws(list(from_tensor(target)))
+    wanted = mesh_yaws(list(from_tensor(target)))
     out = start.clone()
     live = np.isfinite(wanted)
     if not live.any():
@@ -233,7 +234,7 @@ def pose_corrected(target: torch.Tensor, start: torch.Tensor, generator: MobileS
     for _ in range(POSE_ITERATIONS):
         with torch.no_grad():
             drawn = g.synthesis(out[idx], ALIGN_SIZE)
-        delta = angle_difference(wanted[live], _mesh_yaws(list(from_tensor(drawn))))
+        delta = angle_difference(wanted[live], mesh_yaws(list(from_tensor(drawn))))
         step = np.nan_to_num(delta, nan=0.0)  # a drawn face the mesh cannot read stays where it is this round
         out[idx, :POSE_SLOTS] += torch.tensor(step, dtype=out.dtype, device=out.device)[:, None, None] * direction.to(out)
     return out
