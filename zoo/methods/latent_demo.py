@@ -16,7 +16,12 @@ u ~ N(0, I). It runs in one of two latent spaces (config ``latent_space``)::
   identity = the whitened, pose-neutral identity code of the middle slots
   (:mod:`zoo.nn.wplus_identity`). Pose, expression, hair and lighting stay; the identity changes; recovery
   takes what the face keeps from the saved image and the identity from the key. c = 1
-  (``wplus.code_scale``): at 1.4 the faces lost their expression and some broke up.
+  (``wplus.code_scale``): at 1.4 the faces lost their expression and some broke up. The identity edit
+  also moves the pose slots: with ``wplus.keep_pose`` X_anon is drawn from the edited code turned back to
+  the input's face-mesh yaw (:meth:`WPlusLatents.posed`); the carried code is the unturned one, so the key
+  still undoes it exactly. Off in the shipped checkpoints: the head pose follows (held-out dlib yaw change
+  median 4.7-6.6 degrees against 5.4-10.2), but the guard recognizers put the tuning faces closer to their
+  originals (``dbaf`` SFace distance median 0.789 -> 0.778, FaceRes 0.496 -> 0.446; ``docs/generator.md``).
 * ``dcgan``: the packaged 64 px DCGAN (:mod:`zoo.nn.dcgan`); code = z ``[N,100]`` is the identity code
   itself (one entangled code: pose and expression are not kept). Small and fast: the tests use it.
   c (config ``anonymized_code_scale``): the DCGAN inversion encoder returns codes of norm ~5.8 for faces the
@@ -40,6 +45,7 @@ import torch
 from ..keys import KeyMaterial
 from ..nn.dcgan import DCGANGenerator, InversionEncoder, invert
 from .base import Control, NeuralMethod
+from .wplus_latents import WPlusLatents
 
 __all__ = ["LatentDemoMethod", "KeyedInvolutionDemo", "DEMO_LABEL", "REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FIT_CONTROLS"]
 
@@ -74,64 +80,11 @@ IDENTITY_CHECK_CONTROL = Control(
 FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
 
 
-class WPlusLatents:
-    """The FFHQ-grade latent space of the demo tier (config ``latent_space: wplus``).
-
-    codes: W+ ``[N,23,512]`` of :mod:`zoo.nn.mobilestylegan`; faces: FFHQ-aligned ``[N,3,256,256]`` in [-1,1];
-    identity codes: u ``[N,100]`` (:class:`~zoo.nn.wplus_identity.WPlusIdentity`, about N(0, I) like the DCGAN
-    latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
-    ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's yaw
-    (:func:`~zoo.inversion.invert_wplus`).
-    """
-
-    resolution = 256
-
-    def __init__(self):
-        from ..nn.mobilestylegan import load_mobilestylegan
-        from ..nn.wplus_identity import load_wplus_identity
-
-        self.generator = load_mobilestylegan()
-        self.identity = load_wplus_identity()
-
-    def rotations(self, keys: Sequence[KeyMaterial], context: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """The keyed rotations of :meth:`~zoo.nn.wplus_identity.WPlusIdentity.with_code`, one pair per face."""
-        c = self.identity.complement_dim
-        # torch's CPU generator seeded from the key material (KeyMaterial.generator): the same draws on every
-        # machine, ~100x faster than KeyMaterial.normal for these 430k numbers per face
-        normals = torch.stack([torch.randn(512 * 512, generator=k.generator(f"{context}/wplus/deviations")) for k in keys])
-        residual = torch.stack([torch.randn(c * c, generator=k.generator(f"{context}/wplus/residual")) for k in keys])
-        return self.identity.rotations(normals, residual)
-
-    def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0) -> torch.Tensor:
-        from ..inversion import encode_wplus, invert_wplus
-
-        if int(steps) > 0:
-            return invert_wplus(x, int(steps), generator=self.generator, identity_weight=float(identity_weight)).wplus
-        start = encode_wplus(x, generator=self.generator)
-        return self.generator.mean_wplus(x.shape[0]).to(x) if start is None else start
-
-    def decode(self, wplus: torch.Tensor) -> torch.Tensor:
-        return self.generator.synthesis(wplus, self.resolution)
-
-    @property
-    def drawn_slots(self) -> tuple[int, ...]:
-        """The W+ slots a :attr:`resolution` px face is drawn from: the blocks up to that size and the image head's."""
-        from ..nn.mobilestylegan import SLOT_RESOLUTIONS, TO_IMG_SLOT
-
-        return tuple(s for s, r in enumerate(SLOT_RESOLUTIONS) if r <= self.resolution) + (TO_IMG_SLOT,)
-
-    def carried_rows(self, wplus: torch.Tensor) -> torch.Tensor:
-        """W+ ``[N,23,512]`` -> what the carrier writes (:mod:`zoo.carrier`): the :attr:`drawn_slots` minus the
-        generator's mean style, ``[N, len(drawn_slots), 512]``."""
-        return wplus[:, list(self.drawn_slots)] - self.identity.w_mean.to(wplus)
-
-    def from_carried_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        """Inverse of :meth:`carried_rows`; the slots no :attr:`resolution` px face reads get the mean style."""
-        from ..nn.mobilestylegan import NUM_SLOTS
-
-        wplus = self.identity.w_mean.to(rows).expand(rows.shape[0], NUM_SLOTS, -1).clone()
-        wplus[:, list(self.drawn_slots)] = rows + self.identity.w_mean.to(rows)
-        return wplus
+def _checked_space(space: Any) -> str:
+    """``space`` as a latent-space name ("dcgan" or "wplus"); anything else is refused."""
+    if str(space) not in ("dcgan", "wplus"):
+        raise ValueError(f"latent_space must be 'dcgan' or 'wplus', got {space!r}")
+    return str(space)
 
 
 class LatentDemoMethod(NeuralMethod):
@@ -168,10 +121,7 @@ class LatentDemoMethod(NeuralMethod):
 
     @property
     def latent_space(self) -> str:
-        space = str(self.config.get("latent_space", "dcgan"))
-        if space not in ("dcgan", "wplus"):
-            raise ValueError(f"latent_space must be 'dcgan' or 'wplus', got {space!r}")
-        return space
+        return _checked_space(self.config.get("latent_space", "dcgan"))
 
     def __init__(self, config: dict[str, Any], components: dict[str, torch.nn.Module], extra: dict[str, torch.Tensor] | None = None):
         super().__init__(config, components, extra)
@@ -180,9 +130,7 @@ class LatentDemoMethod(NeuralMethod):
 
     def use_latent_space(self, space: str) -> "LatentDemoMethod":
         """Run the keyed transform in ``space`` ("wplus": 256 px FFHQ-grade generator; "dcgan": 64 px)."""
-        if space not in ("dcgan", "wplus"):
-            raise ValueError(f"latent_space must be 'dcgan' or 'wplus', got {space!r}")
-        self.config["latent_space"] = space
+        self.config["latent_space"] = _checked_space(space)
         self.resolution = WPlusLatents.resolution if space == "wplus" else 64
         self.__dict__.pop("_wplus", None)
         self.__dict__.pop("_code_cache", None)
@@ -263,6 +211,12 @@ class LatentDemoMethod(NeuralMethod):
 
         sface = load_sface(x.device)
         return (sface.embed_aligned(self.decode(z)) * sface.embed_aligned(x)).sum(1)
+
+    def drawn_code(self, x: torch.Tensor, code_anon: torch.Tensor) -> torch.Tensor:
+        """The code an anonymized face is drawn from: ``code_anon``, on W+ with ``wplus.keep_pose`` turned to the yaw
+        of the input faces ``x`` (:meth:`WPlusLatents.posed`)."""
+        keep = self.wplus is not None and bool((self.config.get("wplus") or {}).get("keep_pose", False))
+        return self.wplus.posed(x, code_anon) if keep else code_anon
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         """A code (z ``[N,100]`` or W+ ``[N,23,512]``) -> faces ``[N,3,R,R]`` in about [-1,1]."""
@@ -359,15 +313,18 @@ class LatentDemoMethod(NeuralMethod):
         **controls: Any,
     ):
         """(X_anon ``[N,3,R,R]``, carried): the faces and what the carrier writes into each (:mod:`zoo.carrier`):
-        {"latent": u_anon ``[N,100]``} and, on W+, "code": the anonymized W+ rows the face is drawn from
-        (:meth:`WPlusLatents.carried_rows`, ``[N,20,512]``), so that recovery needs no re-inversion."""
+        {"latent": u_anon ``[N,100]``} and, on W+, "code": the anonymized W+ rows (:meth:`WPlusLatents.carried_rows`,
+        ``[N,20,512]``), so that recovery needs no re-inversion. With config ``wplus.keep_pose`` the face is drawn from
+        that code turned to the input's yaw (:meth:`WPlusLatents.posed`); the code carried is the unturned one, which
+        the key undoes exactly."""
         self._check_keys(x, keys)
         identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
         code = self.encode_cached(x, refine_steps, identity_refine, identity_check)
         u_anon = self.anonymized_code(self.identity_code(code), keys, **controls)
         code_anon = self.with_identity(code, u_anon, keys)
-        y = self.decode(code_anon)
-        self._remember_anonymized(y, code_anon, refine_steps, identity_refine, identity_check)
+        drawn = self.drawn_code(x, code_anon)
+        y = self.decode(drawn)
+        self._remember_anonymized(y, drawn, refine_steps, identity_refine, identity_check)
         carried = {"latent": u_anon}
         if self.wplus is not None:
             carried["code"] = self.wplus.carried_rows(code_anon)
