@@ -267,6 +267,8 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--no-restorer", action="store_true", help="Step I alone (the checkpoint's restorer left out)")
     p.add_argument("--with-restorer", action="store_true", help="run the checkpoint's restorer even where its config ships it switched off")
     p.add_argument("--restorer-output", choices=["replace", "residual"], help="override step2.output")
+    p.add_argument("--no-prior", action="store_true", help="Step II's FFHQ prior off (Step I alone unless a restorer runs)")
+    p.add_argument("--register", action="store_true", help="step1.register_features on (the features moved onto the coded mesh)")
     a = p.parse_args(argv)
     import platform
 
@@ -290,12 +292,18 @@ def main(argv: list[str] | None = None) -> dict:
     if a.restorer_output:
         method.restorer_output = a.restorer_output
         method.config["step2"] = {**(method.config.get("step2") or {}), "output": a.restorer_output}
+    if a.no_prior:
+        method.ffhq_prior = None
+    if a.register:
+        method.register_features = True
     has_restorer = bool(getattr(method, "use_restorer", False))
     step2_label = (
         f"restorer at {method.restorer_size} px, output {method.restorer_output}"
         if has_restorer
+        else "FFHQ prior (step2.prior ffhq)"
+        if getattr(method, "ffhq_prior", None) is not None
         else "no restorer" + (" (checkpoint's restorer not run)" if "restorer" in method.components else "")
-    )
+    ) + (", features registered" if getattr(method, "register_features", False) else "")
     size = method.resolution
     scales = [0.0] + [float(s) for s in a.scales.split(",")]
     bundled, held = _photos(a.photos)

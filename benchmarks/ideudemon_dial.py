@@ -96,9 +96,12 @@ def measure(
     restorer: str | None = None,
     progress: bool = True,
     with_restorer: bool = False,
+    prior: bool = True,
+    register: bool = False,
 ) -> dict:
     """Run the benchmark; returns a JSON-serialisable dict of per-scale means and the scale-0 numbers.
-    ``with_restorer``: run the checkpoint's restorer even where its config ships it switched off."""
+    ``with_restorer``: run the checkpoint's restorer even where its config ships it switched off; ``prior``: False
+    turns Step II's FFHQ prior off; ``register``: step1.register_features on."""
     from zoo.face3d import MeshHeadModel
     from zoo.face3d.landmarks import FACE_OUTLINE, pose_difference
     from zoo.face3d.warp import polygon_mask
@@ -117,6 +120,9 @@ def measure(
             if "restorer" not in method.components:
                 raise ValueError(f"--with-restorer: {restorer} has no restorer")
             method.use_restorer = True
+        if not prior:
+            method.ffhq_prior = None
+        method.register_features = method.register_features or register
         if method.resolution != resolution:
             faces = from_tensor(to_tensor(faces, method.resolution))
             resolution = method.resolution
@@ -201,7 +207,9 @@ def measure(
         "mode": (
             f"step I + II (restorer on); step1 {json.dumps(method.config.get('step1', {}))}"
             if method.use_restorer
-            else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}"
+            else f"step I + II on the FFHQ prior; register_features {method.register_features}"
+            if method.ffhq_prior is not None
+            else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}, register_features {method.register_features}"
         )
         if method
         else "step I alone (mesh backend with texture identity, gain 1, no restorer)",
@@ -263,12 +271,24 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--scales", type=str, default="0.05,0.1,0.15,0.2,0.25,0.3,0.35,0.4")
     p.add_argument("--restorer", help="an ideudemon checkpoint folder: measure Step I + II")
     p.add_argument("--with-restorer", action="store_true", help="run the checkpoint's restorer even where its config ships it switched off")
+    p.add_argument("--no-prior", action="store_true", help="Step II's FFHQ prior off (with --restorer)")
+    p.add_argument("--register", action="store_true", help="step1.register_features on (with --restorer)")
     p.add_argument("--out", default="benchmarks/results/ideudemon_dial.md")
     a = p.parse_args(argv)
     torch.set_num_threads(max(1, torch.get_num_threads()))
     if a.with_restorer and not a.restorer:
         p.error("--with-restorer needs --restorer CHECKPOINT")
-    res = measure(a.n, a.seed, a.keys, [float(s) for s in a.scales.split(",")], a.resolution, a.restorer, with_restorer=a.with_restorer)
+    res = measure(
+        a.n,
+        a.seed,
+        a.keys,
+        [float(s) for s in a.scales.split(",")],
+        a.resolution,
+        a.restorer,
+        with_restorer=a.with_restorer,
+        prior=not a.no_prior,
+        register=a.register,
+    )
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     cmd = "python -m benchmarks.ideudemon_dial " + " ".join(shlex.quote(x) for x in (argv if argv is not None else sys.argv[1:]))

@@ -84,7 +84,7 @@ def test_ffhq_prior_draws_a_sharper_face_farther_from_the_person_and_keeps_the_r
     from zoo.imageio import from_tensor
 
     m = zoo.load("ideudemon", device="cpu")
-    assert isinstance(m.ffhq_prior, FFHQPriorRestorer) and "FFHQ prior" in m.weights_label
+    assert isinstance(m.ffhq_prior, FFHQPriorRestorer) and "FFHQ prior" in m.weights_label and "FFHQ prior" in m.weights.label
     x = to_tensor(np.stack([align_face(t1_rgb, f.landmarks, 256).crop for f in detect_faces(t1_rgb)[:3]]))
     with torch.no_grad():
         s1 = m.step_one(x, _keys("prior", 3), 0.25)
@@ -104,5 +104,12 @@ def test_ffhq_prior_draws_a_sharper_face_farther_from_the_person_and_keeps_the_r
     far = sface_judge.distance(e(x), e(y))
     print("SFace distance to the person:", far.round(3))
     assert (far > 0.7).all()  # measured 0.84-0.93; SFace's same-person line is 0.637
+    m.use_restorer = True  # a trained restorer switched on runs instead of the prior
+    with torch.no_grad():
+        assert not torch.equal(m.step_two(x, s1), y)
+    m.use_restorer = False
+
+
+def test_an_unknown_prior_is_refused():
     with pytest.raises(ValueError, match="step2.prior"):
         IDEudemonStepOne({**load_config(DEMO), "step2": {"restorer": False, "prior": "gfpgan"}}, {})

@@ -110,7 +110,7 @@ class IDEudemon(NeuralMethod):
         self.texture_noise = "add"
         self.texture_max_angle = 1.5
         #: mesh backend: move the rendered features onto the coded geometry after the blend-back
-        #: (``step1.register_features``, default off; on in the demo config, which says why)
+        #: (``step1.register_features``, default off; the demo config says why it stays off with the FFHQ prior)
         self.register_features = False
         if backend == "mesh":
             from ...face3d import MeshHeadModel, ShapeSpace, TextureSpace, load_shape_space, load_texture_space
@@ -271,8 +271,9 @@ class IDEudemon(NeuralMethod):
     def restore(self, x_l: torch.Tensor, noise: list[torch.Tensor] | None = None) -> torch.Tensor:
         """G(X_l) -> X': the GFPGAN-style restorer; its fixed noise buffers (deterministic) unless ``noise``
         (one ``[N, 1, r, r]`` map per style conv, e.g. :meth:`_train_noise`) is given. Without a restorer
-        (:class:`IDEudemonStepOne`) X_l itself. With ``step2.prior: ffhq`` the FFHQ-prior face (not while training)."""
-        if self.ffhq_prior is not None and not self.training_mode:
+        (:class:`IDEudemonStepOne`) X_l itself. With ``step2.prior: ffhq`` the FFHQ-prior face, unless the trained
+        restorer is switched on (``use_restorer``) or trained."""
+        if self.ffhq_prior is not None and not (self.use_restorer or self.training_mode):
             return self.ffhq_prior(x_l)
         if "restorer" not in self.components or not (self.use_restorer or self.training_mode):
             return x_l
