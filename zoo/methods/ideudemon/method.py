@@ -167,7 +167,7 @@ class IDEudemon(NeuralMethod):
         if prior not in (None, "ffhq"):
             raise ValueError(f"step2.prior must be 'ffhq' or absent, not {prior!r}")
         #: ``step2.prior: ffhq``: Step II draws the face on the FFHQ prior (:class:`FFHQPriorRestorer`) in place of a restorer
-        self.ffhq_prior = FFHQPriorRestorer() if prior == "ffhq" else None
+        self.ffhq_prior = FFHQPriorRestorer(step2.get("key_style")) if prior == "ffhq" else None
         if bool(step2.get("demo", False)) and (self.ffhq_prior or "restorer" in self.components):
             self.weights_label = FFHQ_PRIOR_LABEL if self.ffhq_prior else RESTORER_LABEL if self.use_restorer else RESTORER_OFF_LABEL
         if "restorer" in self.components and next(self.components["restorer"].parameters()).dtype != torch.float32:
@@ -235,7 +235,8 @@ class IDEudemon(NeuralMethod):
 
         ``noise`` ``[N, 100]`` (standard normal) overrides the key-derived noise (training, tests).
         Returns ``x_p`` (render), ``x_l`` (hybrid), masks ``face_x``, ``face_p``, ``head`` ``[N,1,R,R]``,
-        the codes ``z_id``, ``z_id_p``, ``app``, ``cam`` and ``landmarks`` ``[N, 68, 2]`` (or None).
+        the ``keys`` (for Step II's keyed prior style), the codes ``z_id``, ``z_id_p``, ``app``, ``cam`` and
+        ``landmarks`` ``[N, 68, 2]`` (or None).
         """
         z_id, app, cam = self.fit(x)
         if noise is None:
@@ -248,7 +249,8 @@ class IDEudemon(NeuralMethod):
         x_p, face_p = self.head_model.render(z_p, app, cam)  # eq. 4
         face_x = self.head_model.source_mask(app, cam) if hasattr(self.head_model, "source_mask") else self.head_model.face_mask(z_id, app, cam)
         x_l, masks = self.visual_similarity_assistance(x, x_p.to(x), face_x.to(x), face_p.to(x))
-        return {"x_p": x_p, "x_l": x_l, **masks, "z_id": z_id, "z_id_p": z_p, "app": app, "cam": cam, "landmarks": self.head_model.landmarks(app, cam)}
+        codes = {"z_id": z_id, "z_id_p": z_p, "app": app, "cam": cam, "landmarks": self.head_model.landmarks(app, cam)}
+        return {"x_p": x_p, "x_l": x_l, **masks, "keys": keys, **codes}
 
     def visual_similarity_assistance(self, x: torch.Tensor, x_p: torch.Tensor, face_x: torch.Tensor, face_p: torch.Tensor):
         """Hybrid X_l (Sec. 3.3): identity-agnostic areas of X, face of X_p. Returns (x_l, masks)."""
@@ -268,13 +270,13 @@ class IDEudemon(NeuralMethod):
         return x_l, {"face_x": face_x, "face_p": face_p, "styling": styling, "head": head}
 
     # ------------------------------------------------------------------ Step II
-    def restore(self, x_l: torch.Tensor, noise: list[torch.Tensor] | None = None) -> torch.Tensor:
+    def restore(self, x_l: torch.Tensor, noise: list[torch.Tensor] | None = None, keys: Sequence[KeyMaterial] | None = None) -> torch.Tensor:
         """G(X_l) -> X': the GFPGAN-style restorer; its fixed noise buffers (deterministic) unless ``noise``
         (one ``[N, 1, r, r]`` map per style conv, e.g. :meth:`_train_noise`) is given. Without a restorer
         (:class:`IDEudemonStepOne`) X_l itself. With ``step2.prior: ffhq`` the FFHQ-prior face, unless the trained
-        restorer is switched on (``use_restorer``) or trained."""
+        restorer is switched on (``use_restorer``) or trained; ``keys`` (one per row) pick the prior's keyed style."""
         if self.ffhq_prior is not None and not (self.use_restorer or self.training_mode):
-            return self.ffhq_prior(x_l)
+            return self.ffhq_prior(x_l, keys)
         if "restorer" not in self.components or not (self.use_restorer or self.training_mode):
             return x_l
         r, s = x_l.shape[-1], self.restorer_size
@@ -306,7 +308,7 @@ class IDEudemon(NeuralMethod):
         """Step II on a :meth:`step_one` result: restorer (when on), blend-back into ``x`` and, on the mesh
         backend with ``step1.register_features``, the features moved onto the coded geometry
         (:meth:`~zoo.face3d.MeshHeadModel.register_features`, inside the blend mask). ``[N,3,R,R]`` in [-1,1]."""
-        y = self.blend(self.restore(s1["x_l"]), x, s1["head"]).clamp(-1, 1)
+        y = self.blend(self.restore(s1["x_l"], keys=s1.get("keys")), x, s1["head"]).clamp(-1, 1)
         if self.register_features:
             y = self.head_model.register_features(y, s1["z_id_p"], s1["app"], s1["cam"], s1["head"]).clamp(-1, 1)
         return y

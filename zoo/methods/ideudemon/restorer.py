@@ -9,6 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ...keys import KeyMaterial
 from .modules import METHOD_NAME
 
 
@@ -19,22 +20,60 @@ class FFHQPriorRestorer:
     turned to the head's yaw) maps X_l into the W+ of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`,
     distilled from StyleGAN2-FFHQ), which draws the photo-real face at 256 px. No spatial features pass from X_l,
     so the face is the generator's: pose, shape, tone and lighting of the render, fine detail and teeth the prior's.
-    Nothing here is trained for IDEudemon.
+    With keys and ``step2.key_style`` the identity slots of the code move toward a key-seeded style, so two keys
+    draw two people (the encoder alone maps the keyed renders of one face to nearly one person); a code whose pose
+    slots were mixed is turned to the head's yaw afterwards (:func:`zoo.inversion.pose_corrected`). Nothing here is
+    trained for IDEudemon.
 
     ``x_l`` FFHQ-aligned ``[N,3,R,R]`` in [-1,1] -> ``[N,3,R,R]`` in [-1,1] (resized to and from 256 px)."""
 
     size = 256
 
-    def __call__(self, x_l: torch.Tensor) -> torch.Tensor:
-        from ...inversion import encode_wplus
+    def __init__(self, key_style: dict[str, Any] | None = None):
+        ks = dict(key_style or {})
+        #: ``step2.key_style.weight`` in [0,1]: how far the identity slots move toward the key's style (0: off)
+        self.key_weight = float(ks.get("weight", 0.0))
+        #: ``step2.key_style.slots`` [first, last+1] of the W+ slots that take the key's style
+        self.key_slots = tuple(int(v) for v in ks.get("slots", (4, 13)))
+        #: ``step2.key_style.psi``: truncation of the key's style toward the generator's mean
+        self.key_psi = float(ks.get("psi", 0.7))
+        if not 0.0 <= self.key_weight <= 1.0:
+            raise ValueError(f"step2.key_style.weight must be in [0, 1], not {self.key_weight}")
+        if len(self.key_slots) != 2 or not 0 <= self.key_slots[0] < self.key_slots[1]:
+            raise ValueError(f"step2.key_style.slots must be [first, end] with first < end, not {list(self.key_slots)}")
+
+    def key_styles(self, keys: Sequence[KeyMaterial], generator: Any) -> torch.Tensor:
+        """One style per key, ``[N,512]``: the mapping of a key-seeded standard normal z, truncated by ``psi``."""
+        z = torch.stack([k.normal(generator.w_avg.shape[0], context=f"{METHOD_NAME}/prior-style") for k in keys])
+        with torch.no_grad():
+            return generator.style(z.to(generator.w_avg.device), self.key_psi)
+
+    def mix_key_style(self, wplus: torch.Tensor, keys: Sequence[KeyMaterial] | None, generator: Any) -> torch.Tensor:
+        """W+ ``[N,23,512]`` with slots ``key_slots`` moved by ``key_weight`` toward each key's style; unchanged
+        without keys or at weight 0."""
+        if keys is None or self.key_weight == 0.0:
+            return wplus
+        if len(keys) != wplus.shape[0]:
+            raise ValueError(f"need one key per face: {len(keys)} keys for {wplus.shape[0]} faces")
+        a, b = self.key_slots
+        out = wplus.clone()
+        out[:, a:b] = torch.lerp(wplus[:, a:b], self.key_styles(keys, generator).to(wplus)[:, None], self.key_weight)
+        return out
+
+    def __call__(self, x_l: torch.Tensor, keys: Sequence[KeyMaterial] | None = None) -> torch.Tensor:
+        from ...inversion import POSE_SLOTS, encode_wplus, pose_corrected
         from ...nn.mobilestylegan import load_mobilestylegan
 
         generator = load_mobilestylegan(x_l.device)
         r, s = x_l.shape[-1], self.size
         target = x_l if r == s else F.interpolate(x_l, size=(s, s), mode="bilinear", align_corners=False, antialias=True)
-        wplus = encode_wplus(target.float(), generator=generator)
+        turn_after = keys is not None and self.key_weight > 0.0 and self.key_slots[0] < POSE_SLOTS
+        wplus = encode_wplus(target.float(), correct_pose=not turn_after, generator=generator)
         if wplus is None:
             raise FileNotFoundError("ideudemon step2.prior 'ffhq' needs the W+ encoder (zoo/weights/wplus_encoder)")
+        wplus = self.mix_key_style(wplus, keys, generator)
+        if turn_after:  # the key's style replaced pose slots too: turn the mixed code to the head's yaw
+            wplus = pose_corrected(target.float(), wplus, generator)
         with torch.no_grad():
             face = generator.synthesis(wplus, s).to(x_l.dtype)
         return face if r == s else F.interpolate(face, size=(r, r), mode="bilinear", align_corners=False, antialias=r < s)
