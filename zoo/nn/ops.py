@@ -260,3 +260,10 @@ def gaussian_blur(mask: torch.Tensor, sigma: float) -> torch.Tensor:
     g = g / g.sum()
     mask = F.conv2d(mask, g.view(1, 1, 1, -1), padding=(0, r))
     return F.conv2d(mask, g.view(1, 1, -1, 1), padding=(r, 0))
+
+
+def resize_images(x: torch.Tensor, size: int) -> torch.Tensor:
+    """``[N,C,H,W]`` -> ``[N,C,size,size]``, bilinear, antialiased when shrinking; ``x`` itself when already that size."""
+    if x.shape[-1] == size and x.shape[-2] == size:
+        return x
+    return F.interpolate(x, size=(size, size), mode="bilinear", align_corners=False, antialias=size < x.shape[-1])

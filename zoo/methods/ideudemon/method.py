@@ -48,12 +48,11 @@ from typing import Any, ClassVar, Sequence
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ... import losses
 from ...keys import KeyMaterial
-from ...nn.ops import gaussian_blur
+from ...nn.ops import gaussian_blur, resize_images
 from ...registry import register_method
 from ..base import Control, NeuralMethod
 from .modules import (
@@ -280,13 +279,11 @@ class IDEudemon(NeuralMethod):
         if "restorer" not in self.components or not (self.use_restorer or self.training_mode):
             return x_l
         r, s = x_l.shape[-1], self.restorer_size
-        inp = x_l if r == s else F.interpolate(x_l, size=(s, s), mode="bilinear", align_corners=False, antialias=True)
+        inp = resize_images(x_l, s)
         out = self.restorer(inp, return_rgb=False, randomize_noise=False, noise=noise)[0]
-        if r == s:
-            return out
-        if self.restorer_output == "residual":
-            return x_l + F.interpolate(out - inp, size=(r, r), mode="bilinear", align_corners=False)
-        return F.interpolate(out, size=(r, r), mode="bilinear", align_corners=False)
+        if r != s and self.restorer_output == "residual":
+            return x_l + resize_images(out - inp, r)
+        return resize_images(out, r)
 
     def blend(self, y: torch.Tensor, x: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
         return head * y + (1 - head) * x if self.blend_output else y

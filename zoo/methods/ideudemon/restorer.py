@@ -10,6 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ...keys import KeyMaterial
+from ...nn.ops import resize_images
 from .modules import METHOD_NAME
 
 
@@ -66,7 +67,7 @@ class FFHQPriorRestorer:
 
         generator = load_mobilestylegan(x_l.device)
         r, s = x_l.shape[-1], self.size
-        target = x_l if r == s else F.interpolate(x_l, size=(s, s), mode="bilinear", align_corners=False, antialias=True)
+        target = resize_images(x_l, s)
         turn_after = keys is not None and self.key_weight > 0.0 and self.key_slots[0] < POSE_SLOTS
         wplus = encode_wplus(target.float(), correct_pose=not turn_after, generator=generator)
         if wplus is None:
@@ -76,7 +77,7 @@ class FFHQPriorRestorer:
             wplus = pose_corrected(target.float(), wplus, generator)
         with torch.no_grad():
             face = generator.synthesis(wplus, s).to(x_l.dtype)
-        return face if r == s else F.interpolate(face, size=(r, r), mode="bilinear", align_corners=False, antialias=r < s)
+        return resize_images(face, r)
 
 
 class SFacePerceptual(nn.Module):
