@@ -253,6 +253,33 @@ def to_markdown(res: dict) -> str:
     return "\n".join(lines)
 
 
+def set_step_two(method, *, with_restorer: bool = False, no_restorer: bool = False, prior: bool = True, register: bool = False) -> None:
+    """What Step II runs, from the benchmarks' flags: the checkpoint's restorer switched on (``with_restorer``, an error
+    without one) or off (``no_restorer``), the FFHQ prior off (``prior`` False: Step I alone unless a restorer runs),
+    ``step1.register_features`` on (``register``)."""
+    if no_restorer:
+        method.use_restorer = False
+    if with_restorer:
+        if "restorer" not in method.components:
+            raise ValueError("--with-restorer: this checkpoint has no restorer")
+        method.use_restorer = True
+    if not prior:
+        method.ffhq_prior = None
+    if register:
+        method.register_features = True
+
+
+def step_two_label(method) -> str:
+    """Which Step II ran: the restorer (size, output), the FFHQ prior, or none; and whether features were registered."""
+    if getattr(method, "use_restorer", False):
+        label = f"restorer at {method.restorer_size} px, output {method.restorer_output}"
+    elif getattr(method, "ffhq_prior", None) is not None:
+        label = "FFHQ prior (step2.prior ffhq)"
+    else:
+        label = "no restorer" + (" (checkpoint's restorer not run)" if "restorer" in method.components else "")
+    return label + (", features registered" if getattr(method, "register_features", False) else "")
+
+
 def main(argv: list[str] | None = None) -> dict:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     src = p.add_mutually_exclusive_group()
@@ -283,27 +310,11 @@ def main(argv: list[str] | None = None) -> dict:
 
         method = IDEudemon.from_config(load_config(a.config or str(REPO / "training" / "configs" / "ideudemon_demo.yaml")))
     method = method.to("cpu")
-    if a.no_restorer:
-        method.use_restorer = False
-    if a.with_restorer:
-        if "restorer" not in method.components:
-            raise SystemExit("--with-restorer: this checkpoint has no restorer")
-        method.use_restorer = True
+    set_step_two(method, with_restorer=a.with_restorer, no_restorer=a.no_restorer, prior=not a.no_prior, register=a.register)
     if a.restorer_output:
         method.restorer_output = a.restorer_output
         method.config["step2"] = {**(method.config.get("step2") or {}), "output": a.restorer_output}
-    if a.no_prior:
-        method.ffhq_prior = None
-    if a.register:
-        method.register_features = True
-    has_restorer = bool(getattr(method, "use_restorer", False))
-    step2_label = (
-        f"restorer at {method.restorer_size} px, output {method.restorer_output}"
-        if has_restorer
-        else "FFHQ prior (step2.prior ffhq)"
-        if getattr(method, "ffhq_prior", None) is not None
-        else "no restorer" + (" (checkpoint's restorer not run)" if "restorer" in method.components else "")
-    ) + (", features registered" if getattr(method, "register_features", False) else "")
+    step2_label = step_two_label(method)
     size = method.resolution
     scales = [0.0] + [float(s) for s in a.scales.split(",")]
     bundled, held = _photos(a.photos)

@@ -35,6 +35,8 @@ from typing import Sequence
 import numpy as np
 import torch
 
+from benchmarks.ideudemon_demo import set_step_two, step_two_label
+
 __all__ = ["measure", "main"]
 
 
@@ -116,13 +118,7 @@ def measure(
         from zoo.methods.ideudemon import IDEudemon
 
         method = IDEudemon.from_pretrained(restorer).to("cpu")
-        if with_restorer:
-            if "restorer" not in method.components:
-                raise ValueError(f"--with-restorer: {restorer} has no restorer")
-            method.use_restorer = True
-        if not prior:
-            method.ffhq_prior = None
-        method.register_features = method.register_features or register
+        set_step_two(method, with_restorer=with_restorer, prior=prior, register=register)
         if method.resolution != resolution:
             faces = from_tensor(to_tensor(faces, method.resolution))
             resolution = method.resolution
@@ -204,13 +200,7 @@ def measure(
         "seed": seed,
         "keys": keys,
         "resolution": resolution,
-        "mode": (
-            f"step I + II (restorer on); step1 {json.dumps(method.config.get('step1', {}))}"
-            if method.use_restorer
-            else f"step I + II on the FFHQ prior; register_features {method.register_features}"
-            if method.ffhq_prior is not None
-            else f"step I demo checkpoint, no restorer; step1 {json.dumps(method.config.get('step1', {}))}, register_features {method.register_features}"
-        )
+        "mode": f"step I + II: {step_two_label(method)}; step1 {json.dumps(method.config.get('step1', {}))}"
         if method
         else "step I alone (mesh backend with texture identity, gain 1, no restorer)",
         "restorer": restorer,

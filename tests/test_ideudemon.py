@@ -523,7 +523,7 @@ def test_dial_table_command_runs_on_the_shipped_checkpoint(tmp_path):
     from benchmarks.ideudemon_dial import main as dial_main
 
     ckpt = str(Path(__file__).resolve().parents[1] / "zoo" / "weights" / "ideudemon")
-    for extra, mode in ((["--no-prior", "--register"], "no restorer"), (["--with-restorer"], "restorer on"), ([], "FFHQ prior")):
+    for extra, mode in ((["--no-prior", "--register"], "no restorer"), (["--with-restorer"], "restorer at 64 px"), ([], "FFHQ prior")):
         out = tmp_path / f"dial{len(extra)}.md"
         res = dial_main(["--n", "2", "--keys", "1", "--scales", "0.25", "--restorer", ckpt, "--out", str(out), *extra])
         assert mode in res["mode"] and [r["scale"] for r in res["rows"]] == [0.0, 0.25]
