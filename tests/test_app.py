@@ -548,6 +548,7 @@ def test_gradio_cache_is_private_to_the_process(app, photo):
     assert not loose, [(str(f), oct(_mode(f))) for f in loose]
 
 
+@pytest.mark.slow  # 9 s: a loaded app
 def test_bad_uploads_answered_at_once_under_load(app, photo, tmp_path):
     """While slow jobs fill every slot (and wait for one), a bad upload is refused in under a second."""
     import time

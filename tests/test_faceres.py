@@ -82,6 +82,7 @@ def test_converter_rejects_a_changed_graph():
         FR.convert_faceres(graph)
 
 
+@pytest.mark.slow  # 17 s: node + TensorFlow.js
 @pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (setup installs TensorFlow.js with npm)")
 def test_parity_with_tensorflow_js(faces8, tmp_path):
     """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""

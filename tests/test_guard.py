@@ -286,6 +286,7 @@ def test_wrong_key_distance_is_the_nearest_recovery_with_the_stand_in_keys(monke
         assert abs(min(d) - g["wrong_key_distance"]) < 0.02, (d, g)
 
 
+@pytest.mark.slow  # 9 s: the CLI end to end, guard on and off
 def test_cli_guard_option(tmp_path):
     import json
 

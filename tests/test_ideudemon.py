@@ -515,6 +515,7 @@ def test_headnerf_backend_fits_and_drives_the_method():
     assert y.shape == x.shape and torch.isfinite(y).all()
 
 
+@pytest.mark.slow  # 11 s: three Step II modes end to end
 def test_dial_table_command_runs_on_the_shipped_checkpoint(tmp_path):
     """The dial table's command end to end (2 faces, 1 key, one scale): Step I alone, the trained restorer, and the
     shipped FFHQ prior."""
