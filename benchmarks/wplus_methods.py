@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> int:
     result: dict = {"command": command_line("benchmarks.wplus_methods", argv), "threads": args.threads, "steps": args.steps, "sets": {}}
     for set_name, s in sets.items():
         crops, codes = s["crops"], s["codes"]
+        x = to_tensor(crops)
         emb = {n: j.embed_aligned(crops) for n, j in judges.items()}
         yaw0 = _yaw(crops)
         per_set: dict = {"n": len(crops), "faces": s["names"]}
@@ -128,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
                 with torch.no_grad():
                     u_anon = m.anonymized_code(m.identity_code(codes), keys)
                     w_anon = m.with_identity(codes, u_anon, keys)
-                    y = m.decode(m.drawn_code(to_tensor(crops), w_anon))
+                    y = m.decode(m.drawn_code(x, w_anon))
                 # what a lossless save carries (zoo.carrier): u_anon and the anonymized W+ rows in 4-bit steps
                 rows = m.wplus.carried_rows(w_anon).numpy()
                 carried = [{"latent": u.numpy(), "code": quantize_code(r)} for u, r in zip(u_anon, rows)]

@@ -67,14 +67,14 @@ class FFHQPriorRestorer:
 
         generator = load_mobilestylegan(x_l.device)
         r, s = x_l.shape[-1], self.size
-        target = resize_images(x_l, s)
+        target = resize_images(x_l, s).float()
         turn_after = keys is not None and self.key_weight > 0.0 and self.key_slots[0] < POSE_SLOTS
-        wplus = encode_wplus(target.float(), correct_pose=not turn_after, generator=generator)
+        wplus = encode_wplus(target, correct_pose=not turn_after, generator=generator)
         if wplus is None:
             raise FileNotFoundError("ideudemon step2.prior 'ffhq' needs the W+ encoder (zoo/weights/wplus_encoder)")
         wplus = self.mix_key_style(wplus, keys, generator)
         if turn_after:  # the key's style replaced pose slots too: turn the mixed code to the head's yaw
-            wplus = pose_corrected(target.float(), wplus, generator)
+            wplus = pose_corrected(target, wplus, generator)
         with torch.no_grad():
             face = generator.synthesis(wplus, s).to(x_l.dtype)
         return resize_images(face, r)
