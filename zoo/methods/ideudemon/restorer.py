@@ -49,10 +49,14 @@ class FFHQPriorRestorer:
         with torch.no_grad():
             return generator.style(z.to(generator.w_avg.device), self.key_psi)
 
+    def keyed(self, keys: Sequence[KeyMaterial] | None) -> bool:
+        """Whether the keys' styles enter the code: keys given and ``key_weight`` > 0."""
+        return keys is not None and self.key_weight > 0.0
+
     def mix_key_style(self, wplus: torch.Tensor, keys: Sequence[KeyMaterial] | None, generator: Any) -> torch.Tensor:
         """W+ ``[N,23,512]`` with slots ``key_slots`` moved by ``key_weight`` toward each key's style; unchanged
         without keys or at weight 0."""
-        if keys is None or self.key_weight == 0.0:
+        if not self.keyed(keys):
             return wplus
         if len(keys) != wplus.shape[0]:
             raise ValueError(f"need one key per face: {len(keys)} keys for {wplus.shape[0]} faces")
@@ -68,7 +72,7 @@ class FFHQPriorRestorer:
         generator = load_mobilestylegan(x_l.device)
         r, s = x_l.shape[-1], self.size
         target = resize_images(x_l, s).float()
-        turn_after = keys is not None and self.key_weight > 0.0 and self.key_slots[0] < POSE_SLOTS
+        turn_after = self.keyed(keys) and self.key_slots[0] < POSE_SLOTS
         wplus = encode_wplus(target, correct_pose=not turn_after, generator=generator)
         if wplus is None:
             raise FileNotFoundError("ideudemon step2.prior 'ffhq' needs the W+ encoder (zoo/weights/wplus_encoder)")
