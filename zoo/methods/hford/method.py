@@ -28,14 +28,13 @@ recovery loss L_rev (eq. 12), not analytic.
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import ClassVar
 
 import torch
 
 from ... import losses as L
 from ...registry import register_method
-from ..latent_demo import IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, KeyedInvolutionDemo
+from ..latent_demo import KeyedInvolutionDemo
 from ..stylegan_identity import ReconstructionBaseline, StyleGANIdentityMethod
 from .modules import ARM, IDM, CMLPs
 
@@ -86,11 +85,6 @@ class HFORDDemo(KeyedInvolutionDemo):
     component_names: ClassVar[tuple[str, ...]] = ("generator", "encoder", "cmlp")
     editor_name = "cmlp"
     identity_terms = staticmethod(HFORD.identity_terms)
-    # The identity-aware inversion is off by default here (on for the other demo methods). On the FFHQ-grade
-    # backbone, tuning photos (t1 + biden, 7 faces, benchmarks/appearance.py): on, right-key recovery rose from 0/7
-    # to 4/7 but a wrong key then gave one face back to dlib (1/7, 0/7 off) and the guard blurred 4/7 (1/7 off); the
-    # cMLP's reflection keeps half of the code, and a code that keeps more of the person leaks more through it.
-    controls = (REFINE_CONTROL, replace(IDENTITY_REFINE_CONTROL, default=0.0), IDENTITY_CHECK_CONTROL)
 
 
 class HFORDReconstruction(ReconstructionBaseline):
