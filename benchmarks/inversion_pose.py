@@ -1,15 +1,16 @@
-"""Does the W+ inversion keep the head's pose? The encoder's start with and without the yaw correction, then the
+"""Does the W+ inversion keep the head's pose? The encoder's start with and without the pose correction, then the
 methods' 20 refinement steps, then the fitted code turned again, on real faces (face mesh and SFace; never dlib).
 
-    python -m benchmarks.inversion_pose [--split tuning|held-out] [--photos a,b,...] [--steps 20] [--out PATH]
+    python -m benchmarks.inversion_pose [--split tuning|held-out] [--photos a,b,...] [--steps 20]
+        [--identity-weight W] [--rows encoder,corrected,...] [--out PATH]
     python -m benchmarks.inversion_pose --merge A.json B.json [--out PATH]    # one results file from split runs
 
 Every face of the real photos (:func:`benchmarks.reconstruct_real.packaged_faces`) of the split is FFHQ-aligned at
-256 px. Two starts: the W+ encoder's estimate as it is, and turned to the face's yaw
-(:func:`zoo.inversion.pose_corrected`). From each, ``steps`` pixel refinement steps
-(:func:`zoo.inversion.refine_wplus`, the fit every reversible method runs first); from the corrected start, the
-fitted code also turned to the yaw again (``turned again``; :func:`zoo.inversion.invert_wplus` does not do it, see
-there). Per row, before and after the steps: |yaw| and |pitch| change by the face mesh
+256 px. Three starts: the W+ encoder's estimate as it is, turned to the face's yaw, and turned to its yaw and pitch
+(:func:`zoo.inversion.pose_corrected`). From each, ``steps`` refinement steps (:func:`zoo.inversion.refine_wplus`:
+pixels only, the fit every reversible method runs first; with ``--identity-weight 1``, the fit they keep for real
+faces, SFace's identity term in every step); from the yaw-corrected start, the fitted code also turned to the yaw
+again (``turned again``; :func:`zoo.inversion.invert_wplus` does not do it, see there). Per row, before and after the steps: |yaw| and |pitch| change by the face mesh
 (:func:`zoo.face_mesh.mesh_head_pose`, degrees) between the drawn face and the original crop; after the steps, SFace cosine to the original and the reconstruction loss. Also the
 correction's own time per face. Writes ``benchmarks/results/inversion_pose.{json,md}``.
 """
@@ -29,13 +30,14 @@ from benchmarks.report import command_line, write_results
 from zoo.face3d.landmarks import angle_difference
 
 OUT = Path(__file__).resolve().parent / "results" / "inversion_pose"
-#: the encoder's start; that start turned to the yaw (what zoo.inversion.invert_wplus refines); its fit turned again
-ROWS = ("encoder", "corrected", "turned again")
+#: the encoder's start; that start turned to the yaw (what zoo.inversion.invert_wplus refines by default); turned to
+#: the yaw and the pitch; the yaw-corrected fit turned again
+ROWS = ("encoder", "corrected", "yaw + pitch", "turned again")
 
 
-def measure(faces: list, steps: int, batch: int = 4) -> dict:
-    """row (:data:`ROWS`) -> per-face lists (yaw/pitch errors at the start and after ``steps``, SFace
-    cosine, loss), plus the correction's seconds per face."""
+def measure(faces: list, steps: int, batch: int = 4, identity_weight: float = 0.0, rows: tuple[str, ...] = ROWS) -> dict:
+    """row (``rows`` of :data:`ROWS`) -> per-face lists (yaw/pitch errors at the start and after ``steps``, SFace
+    cosine, loss), plus the yaw correction's seconds per face."""
     from zoo.alignment import ffhq_template
     from zoo.face_mesh import mesh_head_pose
     from zoo.imageio import from_tensor, to_tensor
@@ -51,7 +53,7 @@ def measure(faces: list, steps: int, batch: int = 4) -> dict:
         got = np.array([mesh_head_pose(np.asarray(im), template)[:2] for im in from_tensor(images)])
         return np.abs(angle_difference(got, pose0[which]))
 
-    out: dict = {s: {k: [] for k in ("yaw_start", "pitch_start", "yaw", "pitch", "sface", "loss")} for s in ROWS}
+    out: dict = {s: {k: [] for k in ("yaw_start", "pitch_start", "yaw", "pitch", "sface", "loss")} for s in rows}
     correction_seconds = 0.0
     for i in range(0, len(crops), batch):
         x = torch.cat([to_tensor(c, 256) for c in crops[i : i + batch]])
@@ -62,14 +64,21 @@ def measure(faces: list, steps: int, batch: int = 4) -> dict:
         correction_seconds += time.perf_counter() - t0
         with torch.no_grad():
             ref = sface.embed_aligned(x)
+        starts = {"encoder": plain, "corrected": corrected}
+        if "yaw + pitch" in rows:
+            starts["yaw + pitch"] = pose_corrected(x, plain, g, ("yaw", "pitch"))
         fits, codes = {}, {}
-        for name, start in (("encoder", plain), ("corrected", corrected)):
+        for name, start in starts.items():
+            if name not in rows and not (name == "corrected" and "turned again" in rows):
+                continue
             with torch.no_grad():
                 e0 = pose_errors(g.synthesis(start, 256), which)
-            r = refine_wplus(x, steps, generator=g, start=start)
+            r = refine_wplus(x, steps, generator=g, start=start, identity_weight=identity_weight)
             fits[name], codes[name] = (e0, r.image), r.wplus
-        with torch.no_grad():
-            fits["turned again"] = (fits["corrected"][0], g.synthesis(pose_corrected(x, codes["corrected"], g), 256))
+        if "turned again" in rows:
+            with torch.no_grad():
+                fits["turned again"] = (fits["corrected"][0], g.synthesis(pose_corrected(x, codes["corrected"], g), 256))
+        fits = {name: fit for name, fit in fits.items() if name in rows}
         for name, (e0, image) in fits.items():
             e1 = pose_errors(image, which)
             with torch.no_grad():
@@ -97,9 +106,15 @@ def _stats(v: list[float]) -> str:
 
 def write_report(result: dict, out: Path) -> None:
     lines = [
-        "# Head pose through the W+ inversion: the encoder's start, with and without the yaw correction, and the fit turned again (face mesh, SFace; never dlib)",
+        "# Head pose through the W+ inversion: the encoder's start as it is, turned to the yaw (and the pitch), and the fit turned again (face mesh, SFace; never dlib)",
         "",
-        f"`{result['command']}`. {result['steps']} pixel refinement steps (the reversible methods' first fit). |change| against the "
+        f"`{result['command']}`. {result['steps']} refinement steps, "
+        + (
+            f"SFace's identity term at weight {result['identity_weight']} in each (the reversible methods' fit of real faces)"
+            if result.get("identity_weight")
+            else "pixels only (the reversible methods' first fit)"
+        )
+        + ". |change| against the "
         "original crop in degrees by the face mesh: median | 90th percentile | max | faces over 5 degrees (of those the mesh "
         "reads). SFace: cosine of the reconstruction to the original (higher = the person kept).",
         "",
@@ -132,6 +147,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--split", choices=("tuning", "held-out", "both"), default="both")
     ap.add_argument("--photos", default=None, help="only the faces of these photos (default: every real photo)")
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--identity-weight", type=float, default=0.0, help="SFace's identity term in each step (the methods: 1)")
+    ap.add_argument("--rows", default=",".join(ROWS), help=f"which of {', '.join(ROWS)}")
     ap.add_argument("--merge", nargs="+", type=Path)
     ap.add_argument("--out", type=Path, default=OUT)
     a = ap.parse_args(argv)
@@ -143,10 +160,17 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     faces = [f for f in packaged_faces() if a.photos is None or f[0] in a.photos.split(",")]
     splits = ("tuning", "held-out") if a.split == "both" else (a.split,)
-    result = {"command": command_line("benchmarks.inversion_pose", argv), "steps": a.steps, "threads": torch.get_num_threads(), "splits": {}}
+    rows = tuple(r for r in ROWS if r in a.rows.split(","))
+    result = {
+        "command": command_line("benchmarks.inversion_pose", argv),
+        "steps": a.steps,
+        "identity_weight": a.identity_weight,
+        "threads": torch.get_num_threads(),
+        "splits": {},
+    }
     result["photos"] = sorted({f[0] for f in faces if f[1] in splits})
     for split in splits:
-        result["splits"][split] = measure([f for f in faces if f[1] == split], a.steps)
+        result["splits"][split] = measure([f for f in faces if f[1] == split], a.steps, identity_weight=a.identity_weight, rows=rows)
     write_report(result, a.out)
     return 0
 

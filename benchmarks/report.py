@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+import shlex
 import sys
 from pathlib import Path
 
 
 def command_line(module: str, argv: list[str] | None) -> str:
     """The command that reproduces a run: ``python -m <module> <args>`` (``argv`` None: this process's own)."""
-    return f"python -m {module} " + " ".join(sys.argv[1:] if argv is None else argv)
+    return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
 def write_results(out: Path, result: dict, markdown_lines: list[str]) -> None:

@@ -216,44 +216,74 @@ def test_refinement_lowers_the_reconstruction_loss(generator):
     assert result.losses[-1] < 0.8 * result.losses[0]
 
 
-def _mesh_yaw(generator, wplus: torch.Tensor) -> float:
+def _mesh_pose(generator, wplus: torch.Tensor) -> np.ndarray:
+    """Face-mesh (yaw, pitch) in degrees of the face ``wplus [1,23,512]`` draws."""
     from zoo.imageio import from_tensor
-    from zoo.inversion import mesh_yaws
+    from zoo.inversion import mesh_poses
 
     with torch.no_grad():
-        return float(mesh_yaws(list(from_tensor(generator.synthesis(wplus, size=256))))[0])
+        return mesh_poses(list(from_tensor(generator.synthesis(wplus, size=256))))[0]
+
+
+def _mesh_yaw(generator, wplus: torch.Tensor) -> float:
+    return float(_mesh_pose(generator, wplus)[0])
 
 
 @needs_wheel
-def test_yaw_direction_turns_a_generated_head_both_ways(generator):
-    from zoo.inversion import POSE_SLOTS, _yaw_direction
+@pytest.mark.parametrize("angle, step", [("yaw", 15.0), ("pitch", 30.0)])  # the pitch fit undershoots more (correlation 0.68)
+def test_pose_direction_turns_a_generated_head_both_ways(generator, angle, step):
+    from zoo.inversion import POSE_ANGLES, POSE_SLOTS, _pose_direction
 
-    direction = _yaw_direction()
+    direction = _pose_direction(angle)
     assert direction is not None and direction.shape == (512,)
+    column = POSE_ANGLES.index(angle)
     w = generator.style(_z(4_000_002), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
     turned = {}
-    for deg in (-15.0, 15.0):
+    for deg in (-step, step):
         code = w.clone()
         code[:, :POSE_SLOTS] += deg * direction
-        turned[deg] = _mesh_yaw(generator, code)
-    yaw0 = _mesh_yaw(generator, w)
-    assert turned[-15.0] < yaw0 - 5.0 and turned[15.0] > yaw0 + 5.0
+        turned[deg] = _mesh_pose(generator, code)[column]
+    angle0 = _mesh_pose(generator, w)[column]
+    assert turned[-step] < angle0 - 5.0 and turned[step] > angle0 + 5.0
 
 
 @needs_wheel
 def test_pose_correction_turns_the_start_toward_the_target_head(generator):
     from zoo.imageio import from_tensor, to_tensor
-    from zoo.inversion import POSE_SLOTS, _yaw_direction, pose_corrected
+    from zoo.inversion import POSE_SLOTS, _pose_direction, pose_corrected
 
     w = generator.style(_z(4_000_003), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
     target_code = w.clone()
-    target_code[:, :POSE_SLOTS] += 25.0 * _yaw_direction()
+    target_code[:, :POSE_SLOTS] += 25.0 * _pose_direction("yaw")
     with torch.no_grad():
         target = to_tensor(from_tensor(generator.synthesis(target_code, size=256))[0])
     corrected = pose_corrected(target, w, generator)
     wanted = _mesh_yaw(generator, target_code)
     assert abs(_mesh_yaw(generator, corrected) - wanted) < 0.5 * abs(_mesh_yaw(generator, w) - wanted)
     assert torch.equal(corrected[:, POSE_SLOTS:], w[:, POSE_SLOTS:])
+
+
+@needs_wheel
+def test_pose_correction_turns_pitch_only_when_asked(generator):
+    from zoo.imageio import from_tensor, to_tensor
+    from zoo.inversion import POSE_SLOTS, _pose_direction, pose_corrected
+
+    w = generator.style(_z(4_000_004), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
+    target_code = w.clone()
+    target_code[:, :POSE_SLOTS] += 30.0 * _pose_direction("pitch")
+    with torch.no_grad():
+        target = to_tensor(from_tensor(generator.synthesis(target_code, size=256))[0])
+    wanted = _mesh_pose(generator, target_code)[1]
+    before = abs(_mesh_pose(generator, w)[1] - wanted)
+    both = pose_corrected(target, w, generator, ("yaw", "pitch"))
+    assert abs(_mesh_pose(generator, both)[1] - wanted) < 0.5 * before
+    assert torch.equal(both[:, POSE_SLOTS:], w[:, POSE_SLOTS:])
+    # yaw only (the default) moves the code along the yaw direction alone
+    yaw_only = pose_corrected(target, w, generator)
+    step = (yaw_only - w)[0, :POSE_SLOTS]
+    d = _pose_direction("yaw")
+    along = (step @ d / (d @ d))[:, None] * d
+    assert along.norm() > 0 and (step - along).norm() <= 1e-4 * step.norm()
 
 
 def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
@@ -265,15 +295,15 @@ def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
 
     calls = []
 
-    def fake_yaws(images):  # the targets first (10 deg and unreadable), then each drawn code (0, then on target)
+    def fake_poses(images):  # the targets first (10 deg and unreadable), then each drawn code (0, then on target)
         calls.append(len(images))
         if len(calls) == 1:
-            return np.array([10.0, np.nan])
-        return np.array([0.0] * len(images)) if len(calls) == 2 else np.array([10.0] * len(images))
+            return np.array([[10.0, 0.0], [np.nan, np.nan]])
+        return np.array([[0.0, 0.0]] * len(images)) if len(calls) == 2 else np.array([[10.0, 0.0]] * len(images))
 
     direction = torch.linspace(-1.0, 1.0, 512)
-    monkeypatch.setattr(inv, "mesh_yaws", fake_yaws)
-    monkeypatch.setattr(inv, "_yaw_direction", lambda: direction)
+    monkeypatch.setattr(inv, "mesh_poses", fake_poses)
+    monkeypatch.setattr(inv, "_pose_direction", lambda angle: direction)
     start = torch.randn(2, 23, 512)
     out = inv.pose_corrected(torch.zeros(2, 3, 256, 256), start, Drawer())
     assert torch.allclose(out[0, : inv.POSE_SLOTS], start[0, : inv.POSE_SLOTS] + 10.0 * direction)
@@ -293,7 +323,7 @@ def test_inversion_turns_the_encoders_code_before_the_refinement_steps(monkeypat
     turned: list[torch.Tensor] = []
     starts: list[torch.Tensor] = []
 
-    def fake_turn(target, code, generator=None):
+    def fake_turn(target, code, generator=None, angles=("yaw",)):
         turned.append(code.detach().clone())
         return code + 1.0
 
@@ -325,10 +355,10 @@ def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_r
     from zoo.detection import detect_faces
 
     Image.fromarray(astronaut_rgb).save(tmp_path / "astronaut.png")
-    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--steps", "2", "--out", str(tmp_path / "out")]) == 0
+    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--steps", "2", "--pitch", "--out", str(tmp_path / "out")]) == 0
     report = json.loads((tmp_path / "out" / "astronaut__reconstructed.json").read_text())
     faces = detect_faces(astronaut_rgb)
-    assert len(report["faces"]) == len(faces) >= 1
+    assert len(report["faces"]) == len(faces) >= 1 and report["pitch"] is True
     from zoo.nn.wplus_encoder import load_wplus_encoder
 
     for face in report["faces"]:

@@ -455,3 +455,20 @@ def test_trainer_checks_what_the_method_returns(image_dir, tmp_path):
 
     with pytest.raises(ProtocolError, match=r"trainable_parameters\(1\) returned no groups"):
         train(NoGroups, _cfg(image_dir, steps=1), 1, tmp_path / "none", progress=False, log_with=None)
+
+
+def test_pose_direction_fit_moves_the_angle_one_degree_per_unit():
+    """training.wplus_pose.fit_direction: on an angle that is linear in w, adding delta x the direction moves the
+    angle by delta degrees (the w step per degree the inversion's pose correction takes)."""
+    import numpy as np
+
+    from training.wplus_pose import fit_direction
+
+    rng = np.random.default_rng(0)
+    w = rng.normal(size=(400, 16))
+    coef = rng.normal(size=16)
+    angle = w @ coef + 3.0
+    direction = fit_direction(w, angle, ridge=1e-6)
+    for delta in (-10.0, 2.5):
+        moved = (w[:5] + delta * direction) @ coef + 3.0
+        assert np.allclose(moved - angle[:5], delta, atol=1e-3)

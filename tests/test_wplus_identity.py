@@ -152,7 +152,7 @@ def test_kept_pose_draws_the_face_at_the_input_yaw_and_carries_the_unturned_code
     from zoo.detection import detect_faces
     from zoo.face3d.landmarks import angle_difference
     from zoo.imageio import from_tensor, to_tensor
-    from zoo.inversion import mesh_yaws
+    from zoo.inversion import mesh_poses
 
     m = personal_wplus
     shipped = m.config["wplus"].get("keep_pose", False)
@@ -168,8 +168,8 @@ def test_kept_pose_draws_the_face_at_the_input_yaw_and_carries_the_unturned_code
     finally:
         m.config["wplus"]["keep_pose"] = shipped
     assert torch.equal(carried["code"], carried_plain["code"]) and torch.equal(carried["latent"], carried_plain["latent"])
-    wanted = mesh_yaws(list(from_tensor(x)))
-    off_plain, off_kept = (np.abs(angle_difference(wanted, mesh_yaws(list(from_tensor(y))))) for y in (plain, kept))
+    wanted = mesh_poses(list(from_tensor(x)))[:, 0]
+    off_plain, off_kept = (np.abs(angle_difference(wanted, mesh_poses(list(from_tensor(y)))[:, 0])) for y in (plain, kept))
     print("yaw off the input (deg), plain / kept:", off_plain.round(2), off_kept.round(2))
     assert (off_kept <= off_plain + 0.5).all() and off_kept.mean() < 0.5 * off_plain.mean()  # measured 4.0, 5.9 -> 0.8, 2.2
 
@@ -256,3 +256,24 @@ def test_default_wplus_anonymizes_a_real_photo_and_recovers_it(astronaut_rgb, mo
         line = sface.distance_threshold  # SFace's published line (cosine 0.363)
         assert sface.distance(original, sface.embed_photo_faces(rec, place))[0] < line
         assert sface.distance(original, sface.embed_photo_faces(wrong, place))[0] > line
+
+
+def test_the_wplus_space_takes_its_pose_angles_from_the_config(monkeypatch):
+    """``wplus.pose_angles``: which angles the inversion turns the encoder's start to (default yaw only); anything
+    but yaw and pitch is refused with a one-line error."""
+    import zoo.inversion as inv
+    from zoo.methods.wplus_latents import WPlusLatents
+
+    with pytest.raises(ValueError, match="pose_angles"):
+        WPlusLatents(("yaw", "roll"))
+    seen = []
+
+    def fake_invert(x, steps, *, generator=None, identity_weight=0.0, pose_angles=("yaw",)):
+        seen.append(pose_angles)
+        return inv.InversionResult(torch.zeros(x.shape[0], NUM_SLOTS, STYLE_DIM), x, [], 0.0)
+
+    monkeypatch.setattr(inv, "invert_wplus", fake_invert)
+    space = WPlusLatents.__new__(WPlusLatents)  # no generator needed for the call below
+    space.generator, space.pose_angles = None, ("yaw", "pitch")
+    space.encode(torch.zeros(1, 3, 256, 256), steps=2)
+    assert seen == [("yaw", "pitch")] and inv.DEFAULT_POSE_ANGLES == ("yaw",)

@@ -179,12 +179,25 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             failed += 1
             continue
         image, faces = reconstruct_photo(
-            rgb, args.steps, detector=args.detector, identity_weight=args.identity_weight, use_encoder=not args.no_encoder, generator=generator
+            rgb,
+            args.steps,
+            detector=args.detector,
+            identity_weight=args.identity_weight,
+            use_encoder=not args.no_encoder,
+            generator=generator,
+            pose_angles=("yaw", "pitch") if args.pitch else ("yaw",),
         )
         target = out_dir / f"{stem}__reconstructed.png"
         target.parent.mkdir(parents=True, exist_ok=True)
         save_image_atomic(image, target)
-        report = {"input": str(path), "output": str(target), "steps": args.steps, "identity_weight": args.identity_weight, "faces": faces}
+        report = {
+            "input": str(path),
+            "output": str(target),
+            "steps": args.steps,
+            "identity_weight": args.identity_weight,
+            "pitch": bool(args.pitch),
+            "faces": faces,
+        }
         write_text_atomic(json.dumps(report, indent=2) + "\n", target.with_suffix(".json"))
         print(f"reconstruct: {path} -> {target} ({len(faces)} face(s))", file=sys.stderr)
     return 1 if failed else 0

@@ -34,7 +34,7 @@ __all__ = [
     "InversionResult",
     "encode_wplus",
     "invert_wplus",
-    "mesh_yaws",
+    "mesh_poses",
     "pose_corrected",
     "reconstruct_photo",
     "reconstruction_loss",
@@ -44,8 +44,16 @@ __all__ = [
 ALIGN_SIZE = 256
 DEFAULT_STEPS = 100
 DEFAULT_LR = 0.04
-#: the generator's yaw direction in W (``training/wplus_pose.py``): the w step per degree of yaw, ``[512]``
-YAW_DIRECTION_FILE = Path(__file__).resolve().parent / "weights" / "wplus_encoder" / "yaw_direction.safetensors"
+#: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them
+POSE_ANGLES = ("yaw", "pitch")
+#: the generator's yaw and pitch directions in W (``training/wplus_pose.py``): the w step per degree, ``[512]`` each
+POSE_DIRECTION_FILES = {angle: Path(__file__).resolve().parent / "weights" / "wplus_encoder" / f"{angle}_direction.safetensors" for angle in POSE_ANGLES}
+#: the angles :func:`pose_corrected` turns by default. With pitch too (``("yaw", "pitch")``) and the methods' real-face fit
+#: (20 steps with SFace's identity term), face-mesh |pitch change| median / p90, tuning 6.4 / 14.6 -> 3.9 / 8.0 degrees,
+#: held-out 3.8 / 11.9 -> 2.9 / 8.3; yaw 2.7 -> 1.9 and 2.1 -> 2.6; SFace cosine 0.942 -> 0.946 and 0.935 -> 0.933
+#: (``benchmarks/results/inversion_pose_identity.md``). Not the default until the whole-photo benchmarks are run with
+#: it; the methods take it from config ``wplus.pose_angles``.
+DEFAULT_POSE_ANGLES: tuple[str, ...] = ("yaw",)
 #: W+ slots the pose correction moves: the 4 px conv, the 8 and 16 px blocks and the 32 px up-modulation (0-7).
 #: Chosen on the 8 tuning faces whose encoder estimate was more than 4 degrees off in yaw, with one correction and
 #: 20 refinement steps after it: yaw error (face mesh) median / max 6.5 / 36.1 degrees uncorrected, 3.4 / 7.3
@@ -149,10 +157,16 @@ def _draw_size(matrix: np.ndarray) -> int:
     return next((s for s in SIZES if s >= side), SIZES[-1])
 
 
-def encode_wplus(target: torch.Tensor, *, correct_pose: bool = True, generator: MobileStyleGAN | None = None) -> torch.Tensor | None:
+def encode_wplus(
+    target: torch.Tensor,
+    *,
+    correct_pose: bool = True,
+    generator: MobileStyleGAN | None = None,
+    pose_angles: tuple[str, ...] = DEFAULT_POSE_ANGLES,
+) -> torch.Tensor | None:
     """The shipped W+ encoder's estimate ``[B,23,512]`` for FFHQ-aligned ``target [B,3,256,256]`` in [-1,1], turned
-    to the head's yaw (``correct_pose``, :func:`pose_corrected`); None when no encoder ships (refinement then
-    starts from ``w_avg``)."""
+    to the head's pose (``correct_pose``: the ``pose_angles``, :func:`pose_corrected`); None when no encoder ships
+    (refinement then starts from ``w_avg``)."""
     from .nn.wplus_encoder import load_wplus_encoder
 
     enc = load_wplus_encoder()
@@ -160,7 +174,7 @@ def encode_wplus(target: torch.Tensor, *, correct_pose: bool = True, generator: 
         return None
     with torch.no_grad():
         start = enc(target.cpu()).to(target)
-    return pose_corrected(target, start, generator) if correct_pose else start
+    return pose_corrected(target, start, generator, pose_angles) if correct_pose else start
 
 
 def invert_wplus(
@@ -172,11 +186,12 @@ def invert_wplus(
     correct_pose: bool = True,
     identity_weight: float = 0.0,
     prior_weight: float = 0.0,
+    pose_angles: tuple[str, ...] = DEFAULT_POSE_ANGLES,
 ) -> InversionResult:
     """The inversion every W+ method and ``zoo reconstruct`` run on FFHQ-aligned ``target [B,3,256,256]`` in [-1,1]:
-    the encoder's code (``use_encoder``, when one ships; else ``w_avg``), turned to the head's yaw with
-    ``correct_pose`` (:func:`pose_corrected`), then ``steps`` refinement steps (:func:`refine_wplus`; ``prior_weight``
-    only with an encoder start).
+    the encoder's code (``use_encoder``, when one ships; else ``w_avg``), turned to the head's pose (the
+    ``pose_angles``) with ``correct_pose`` (:func:`pose_corrected`), then ``steps`` refinement steps
+    (:func:`refine_wplus`; ``prior_weight`` only with an encoder start).
 
     The steps move the head off the corrected start (held-out face-mesh yaw error median / p90 2.0 / 7.1 degrees
     after 20 steps). Turning the fitted code again brings that to 0.7 / 2.4 (``benchmarks/results/inversion_pose.md``,
@@ -186,57 +201,65 @@ def invert_wplus(
     covers the whole inversion (encoder, turn and steps)."""
     t0 = time.perf_counter()
     g = generator or load_mobilestylegan(target.device)
-    start = encode_wplus(target, correct_pose=correct_pose, generator=g) if use_encoder else None
+    start = encode_wplus(target, correct_pose=correct_pose, generator=g, pose_angles=pose_angles) if use_encoder else None
     result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
     result.start = "encoder" if start is not None else "w_avg"
     result.seconds = time.perf_counter() - t0
     return result
 
 
-@lru_cache(maxsize=1)
-def _yaw_direction() -> torch.Tensor | None:
-    if not YAW_DIRECTION_FILE.is_file():
+@lru_cache(maxsize=2)
+def _pose_direction(angle: str) -> torch.Tensor | None:
+    """The generator's w step per degree of ``angle`` (:data:`POSE_DIRECTION_FILES`) ``[512]``; None without its file."""
+    if angle not in POSE_DIRECTION_FILES:
+        raise ValueError(f"pose angle must be one of {sorted(POSE_DIRECTION_FILES)}, not {angle!r}")
+    if not POSE_DIRECTION_FILES[angle].is_file():
         return None
     from safetensors.torch import load_file
 
-    return load_file(str(YAW_DIRECTION_FILE))["direction"].float()
+    return load_file(str(POSE_DIRECTION_FILES[angle]))["direction"].float()
 
 
-def mesh_yaws(images: list[np.ndarray]) -> np.ndarray:
-    """Face-mesh yaw (degrees) of FFHQ-aligned uint8 crops; nan where the mesh finds no face."""
+def mesh_poses(images: list[np.ndarray]) -> np.ndarray:
+    """Face-mesh (yaw, pitch) ``[N,2]`` in degrees of FFHQ-aligned uint8 crops; nan where the mesh finds no face."""
     from .alignment import ffhq_template
     from .face_mesh import mesh_head_pose
 
-    return np.array([mesh_head_pose(im, ffhq_template(im.shape[0]))[0] for im in images], dtype=np.float64)
+    return np.array([mesh_head_pose(im, ffhq_template(im.shape[0]))[:2] for im in images], dtype=np.float64).reshape(-1, 2)
 
 
-def pose_corrected(target: torch.Tensor, start: torch.Tensor, generator: MobileStyleGAN | None = None) -> torch.Tensor:
-    """A code ``start [B,23,512]`` turned to the head's yaw: slots 0..:data:`POSE_SLOTS`-1 moved along the generator's yaw
-    direction by the face-mesh yaw of ``target [B,3,256,256]`` minus that of the face the code draws (degrees),
-    :data:`POSE_ITERATIONS` times (the direction is linear and undershoots). Every readable face takes every round, so
-    the code moves continuously with the image (no cut-off that float rounding could flip).
+def pose_corrected(
+    target: torch.Tensor, start: torch.Tensor, generator: MobileStyleGAN | None = None, angles: tuple[str, ...] = DEFAULT_POSE_ANGLES
+) -> torch.Tensor:
+    """A code ``start [B,23,512]`` turned to the head's pose: slots 0..:data:`POSE_SLOTS`-1 moved along the generator's
+    direction of each of ``angles`` ("yaw", "pitch") by the face-mesh angle of ``target [B,3,256,256]`` minus that of
+    the face the code draws (degrees), :data:`POSE_ITERATIONS` times (the directions are linear and undershoot). Every
+    readable face takes every round, so the code moves continuously with the image (no cut-off that float rounding
+    could flip).
 
     The encoder gives a nearly frontal code for a turned head (t1's face 4: 37.7 degrees off), and the defaults' 20
     refinement steps do not turn it; :func:`invert_wplus` turns the encoder's code before the steps. A face the mesh
-    does not find (in the target or a drawn code), or no direction file, keeps its code as it is."""
-    direction = _yaw_direction()
-    if direction is None:
+    does not find (in the target or a drawn code) keeps its code as it is; an angle without a direction file is not
+    turned."""
+    turns = [(POSE_ANGLES.index(a), d) for a in angles if (d := _pose_direction(a)) is not None]
+    if not turns:
         return start
     from .imageio import from_tensor
 
     g = generator or load_mobilestylegan(target.device)
-    wanted = mesh_yaws(list(from_tensor(target)))
+    wanted = mesh_poses(list(from_tensor(target)))
     out = start.clone()
-    live = np.isfinite(wanted)
+    live = np.isfinite(wanted).all(1)
     if not live.any():
         return out
     idx = torch.from_numpy(np.flatnonzero(live))
     for _ in range(POSE_ITERATIONS):
         with torch.no_grad():
             drawn = g.synthesis(out[idx], ALIGN_SIZE)
-        delta = angle_difference(wanted[live], mesh_yaws(list(from_tensor(drawn))))
+        delta = angle_difference(wanted[live], mesh_poses(list(from_tensor(drawn))))
         step = np.nan_to_num(delta, nan=0.0)  # a drawn face the mesh cannot read stays where it is this round
-        out[idx, :POSE_SLOTS] += torch.tensor(step, dtype=out.dtype, device=out.device)[:, None, None] * direction.to(out)
+        for column, direction in turns:
+            out[idx, :POSE_SLOTS] += torch.tensor(step[:, column], dtype=out.dtype, device=out.device)[:, None, None] * direction.to(out)
     return out
 
 
@@ -249,12 +272,13 @@ def reconstruct_photo(
     prior_weight: float = 0.0,
     use_encoder: bool = True,
     generator: MobileStyleGAN | None = None,
+    pose_angles: tuple[str, ...] = DEFAULT_POSE_ANGLES,
 ) -> tuple[np.ndarray, list[dict[str, Any]]]:
     """Every face of uint8 photo ``rgb [H,W,3]`` redrawn by the generator and pasted back.
 
-    Each face is inverted by :func:`invert_wplus` (the W+ encoder's estimate turned to the head's yaw with
-    ``use_encoder``, when an encoder ships, else ``w_avg``; then ``steps`` Adam steps pulled toward that start with
-    ``prior_weight``). Returns the new photo and one report
+    Each face is inverted by :func:`invert_wplus` (the W+ encoder's estimate turned to the head's pose, the
+    ``pose_angles``, with ``use_encoder``, when an encoder ships, else ``w_avg``; then ``steps`` Adam steps pulled
+    toward that start with ``prior_weight``). Returns the new photo and one report
     per detected face (box, start, steps, seconds, SFace cosine between the aligned original and its reconstruction,
     the size it was drawn at). A face that cannot be aligned is
     blurred and reported with ``"status": "blurred"``: it is never returned untouched.
@@ -285,7 +309,9 @@ def reconstruct_photo(
     for i, a in aligned:
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop)
-        result = invert_wplus(target, steps, generator=g, use_encoder=use_encoder, identity_weight=identity_weight, prior_weight=prior_weight)
+        result = invert_wplus(
+            target, steps, generator=g, use_encoder=use_encoder, identity_weight=identity_weight, prior_weight=prior_weight, pose_angles=pose_angles
+        )
         size = _draw_size(a.matrix)
         with torch.no_grad():
             cos = float((sface.embed_aligned(result.image) * sface.embed_aligned(target)).sum())

@@ -142,7 +142,7 @@ class LatentDemoMethod(NeuralMethod):
         if self.latent_space != "wplus":
             return None
         if "_wplus" not in self.__dict__:
-            self._wplus = WPlusLatents()
+            self._wplus = WPlusLatents((self.config.get("wplus") or {}).get("pose_angles"))
         return self._wplus
 
     def identity_code(self, code: torch.Tensor) -> torch.Tensor:

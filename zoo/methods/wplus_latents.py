@@ -18,16 +18,20 @@ class WPlusLatents:
     codes: W+ ``[N,23,512]`` of :mod:`zoo.nn.mobilestylegan`; faces: FFHQ-aligned ``[N,3,256,256]`` in [-1,1];
     identity codes: u ``[N,100]`` (:class:`~zoo.nn.wplus_identity.WPlusIdentity`, about N(0, I) like the DCGAN
     latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
-    ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's yaw
-    (:func:`~zoo.inversion.invert_wplus`).
+    ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's pose
+    (:func:`~zoo.inversion.invert_wplus`; ``pose_angles``: which angles, method config ``wplus.pose_angles``).
     """
 
     resolution = 256
 
-    def __init__(self):
+    def __init__(self, pose_angles: Sequence[str] | None = None):
+        from ..inversion import DEFAULT_POSE_ANGLES, POSE_ANGLES
         from ..nn.mobilestylegan import load_mobilestylegan
         from ..nn.wplus_identity import load_wplus_identity
 
+        self.pose_angles = tuple(DEFAULT_POSE_ANGLES if pose_angles is None else pose_angles)
+        if not set(self.pose_angles) <= set(POSE_ANGLES):
+            raise ValueError(f"wplus.pose_angles must be among {list(POSE_ANGLES)}, got {list(self.pose_angles)}")
         self.generator = load_mobilestylegan()
         self.identity = load_wplus_identity()
 
@@ -44,20 +48,20 @@ class WPlusLatents:
         from ..inversion import encode_wplus, invert_wplus
 
         if int(steps) > 0:
-            return invert_wplus(x, int(steps), generator=self.generator, identity_weight=float(identity_weight)).wplus
-        start = encode_wplus(x, generator=self.generator)
+            return invert_wplus(x, int(steps), generator=self.generator, identity_weight=float(identity_weight), pose_angles=self.pose_angles).wplus
+        start = encode_wplus(x, generator=self.generator, pose_angles=self.pose_angles)
         return self.generator.mean_wplus(x.shape[0]).to(x) if start is None else start
 
     def decode(self, wplus: torch.Tensor) -> torch.Tensor:
         return self.generator.synthesis(wplus, self.resolution)
 
     def posed(self, target: torch.Tensor, wplus: torch.Tensor) -> torch.Tensor:
-        """W+ ``[N,23,512]`` turned to the face-mesh yaw of the FFHQ-aligned faces ``target [N,3,256,256]`` in [-1,1]
-        (:func:`~zoo.inversion.pose_corrected`; a face the mesh cannot read keeps its code): the identity edit moves
-        the pose slots too."""
+        """W+ ``[N,23,512]`` turned to the face-mesh pose (:attr:`pose_angles`) of the FFHQ-aligned faces
+        ``target [N,3,256,256]`` in [-1,1] (:func:`~zoo.inversion.pose_corrected`; a face the mesh cannot read keeps
+        its code): the identity edit moves the pose slots too."""
         from ..inversion import pose_corrected
 
-        return pose_corrected(target, wplus, self.generator)
+        return pose_corrected(target, wplus, self.generator, self.pose_angles)
 
     @property
     def drawn_slots(self) -> tuple[int, ...]:
