@@ -247,16 +247,25 @@ def test_pose_direction_turns_a_generated_head_both_ways(generator, angle, step)
     assert turned[-step] < angle0 - 5.0 and turned[step] > angle0 + 5.0
 
 
-@needs_wheel
-def test_pose_correction_turns_the_start_toward_the_target_head(generator):
+def _turned_head(generator, seed: int, angle: str, degrees: float) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(w, target_code, target): a generated head's W+ ``[1,23,512]``, that code moved ``degrees`` along the generator's
+    ``angle`` direction in the pose slots, and the 256 px face the moved code draws, read back from uint8."""
     from zoo.imageio import from_tensor, to_tensor
-    from zoo.inversion import POSE_SLOTS, _pose_direction, pose_corrected
+    from zoo.inversion import POSE_SLOTS, _pose_direction
 
-    w = generator.style(_z(4_000_003), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
+    w = generator.style(_z(seed), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
     target_code = w.clone()
-    target_code[:, :POSE_SLOTS] += 25.0 * _pose_direction("yaw")
+    target_code[:, :POSE_SLOTS] += degrees * _pose_direction(angle)
     with torch.no_grad():
         target = to_tensor(from_tensor(generator.synthesis(target_code, size=256))[0])
+    return w, target_code, target
+
+
+@needs_wheel
+def test_pose_correction_turns_the_start_toward_the_target_head(generator):
+    from zoo.inversion import POSE_SLOTS, pose_corrected
+
+    w, target_code, target = _turned_head(generator, 4_000_003, "yaw", 25.0)
     corrected = pose_corrected(target, w, generator)
     wanted = _mesh_yaw(generator, target_code)
     assert abs(_mesh_yaw(generator, corrected) - wanted) < 0.5 * abs(_mesh_yaw(generator, w) - wanted)
@@ -265,14 +274,9 @@ def test_pose_correction_turns_the_start_toward_the_target_head(generator):
 
 @needs_wheel
 def test_pose_correction_turns_pitch_only_when_asked(generator):
-    from zoo.imageio import from_tensor, to_tensor
     from zoo.inversion import POSE_SLOTS, _pose_direction, pose_corrected
 
-    w = generator.style(_z(4_000_004), psi=0.7)[:, None].expand(-1, msg.NUM_SLOTS, -1).clone()
-    target_code = w.clone()
-    target_code[:, :POSE_SLOTS] += 30.0 * _pose_direction("pitch")
-    with torch.no_grad():
-        target = to_tensor(from_tensor(generator.synthesis(target_code, size=256))[0])
+    w, target_code, target = _turned_head(generator, 4_000_004, "pitch", 30.0)
     wanted = _mesh_pose(generator, target_code)[1]
     before = abs(_mesh_pose(generator, w)[1] - wanted)
     both = pose_corrected(target, w, generator, ("yaw", "pitch"))

@@ -160,7 +160,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
     """Every face redrawn by the FFHQ-grade generator (W+ refinement) and pasted back:
     ``OUT/<name>__reconstructed.png`` plus ``.json`` (one entry per face)."""
     from .imageio import load_image, save_image_atomic, write_text_atomic
-    from .inversion import reconstruct_photo
+    from .inversion import DEFAULT_POSE_ANGLES, POSE_ANGLES, reconstruct_photo
     from .nn.mobilestylegan import load_mobilestylegan
 
     if args.steps < 0:
@@ -185,7 +185,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             identity_weight=args.identity_weight,
             use_encoder=not args.no_encoder,
             generator=generator,
-            pose_angles=("yaw", "pitch") if args.pitch else ("yaw",),
+            pose_angles=POSE_ANGLES if args.pitch else DEFAULT_POSE_ANGLES,
         )
         target = out_dir / f"{stem}__reconstructed.png"
         target.parent.mkdir(parents=True, exist_ok=True)
