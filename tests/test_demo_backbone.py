@@ -78,7 +78,11 @@ def test_sface_is_an_identity_encoder_option(sface):
     from zoo.nn.identity_encoder import embedding_dim, load_identity_encoder
 
     enc = load_identity_encoder("sface")
-    assert enc is sface and embedding_dim(enc, 64) == 128
+    assert embedding_dim(enc, 64) == 128
+    # the method's own copy: moving it (method.to(device)) must not move the process's shared SFace
+    assert enc is not sface and all(torch.equal(a, b) for a, b in zip(enc.state_dict().values(), sface.state_dict().values()))
+    enc.to(torch.float64)
+    assert next(sface.parameters()).dtype == torch.float32
 
 
 def test_sface_converter_is_strict():

@@ -383,3 +383,21 @@ def test_aligned_guard_embeds_each_input_crop_once(monkeypatch):
     assert all(r.faces[0].guard["wrong_key_distance"] is not None for r in out)  # the probe ran
     for face in x:
         assert sum(c.shape == face.shape and np.array_equal(c, face) for c in seen) == 1
+
+
+def test_sface_judge_without_opencvs_dnn_gives_opencvs_embeddings(astronaut, t1_rgb, monkeypatch):
+    """Where OpenCV cannot run SFace's ONNX (OpenCV 5), the judge falls back to the zoo's torch port of the same
+    file: the guard's distances must not change."""
+    import zoo.judges as judges
+    from zoo.detection import detect_faces
+
+    cv2_judge = judges.SFaceJudge()
+    assert cv2_judge._torch_net is None  # the pinned OpenCV runs it
+    monkeypatch.setattr(judges, "_cv2_runs_sface", lambda net: False)
+    torch_judge = judges.SFaceJudge()
+    assert torch_judge._torch_net is not None
+    for rgb in (astronaut, t1_rgb):
+        faces = detect_faces(rgb)
+        a, b = cv2_judge.embed_photo_faces(rgb, faces), torch_judge.embed_photo_faces(rgb, faces)
+        assert len(faces) >= 1 and a.shape == b.shape
+        assert (cv2_judge.score(a, b) > 0.9999).all()

@@ -463,3 +463,16 @@ def test_no_known_face_is_matched_after_any_baseline(how, dlib_judge, sface_judg
             s = sface_judge.distance(sface_judge.embed_photo_faces(ref, faces), sface_judge.embed_photo_faces(out, faces))
             assert (d > dlib_judge.threshold).all(), (name, how, method, np.round(d, 3))
             assert (s > sface_judge.distance_threshold).all(), (name, how, method, np.round(s, 3))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (benchmarks/device_parity.py measures it)")
+@pytest.mark.parametrize("name", ["dbaf", "personal"])
+def test_a_reversible_method_on_cuda_draws_the_face_there_and_recovers_it(astronaut_rgb, name):
+    """On an accelerator every part of the W+ flow must run on that device: a part left on the CPU fails the batch,
+    and the face comes back blurred by the fail-closed path instead of redrawn."""
+    key = "042917" if name == "personal" else "cuda key"
+    m = zoo.load(name, device="cuda")
+    anon = m.anonymize(astronaut_rgb, key=key)
+    assert [f.status for f in anon.faces] in (["processed"], ["guard_blur"])
+    back = m.recover(np.asarray(anon), key=key)
+    assert [f.status for f in back.faces] == ["processed"]

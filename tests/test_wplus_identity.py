@@ -274,6 +274,6 @@ def test_the_wplus_space_takes_its_pose_angles_from_the_config(monkeypatch):
 
     monkeypatch.setattr(inv, "invert_wplus", fake_invert)
     space = WPlusLatents.__new__(WPlusLatents)  # no generator needed for the call below
-    space.generator, space.pose_angles = None, ("yaw", "pitch")
+    space.generator_on, space.pose_angles = (lambda device: None), ("yaw", "pitch")
     space.encode(torch.zeros(1, 3, 256, 256), steps=2)
     assert seen == [("yaw", "pitch")] and inv.DEFAULT_POSE_ANGLES == ("yaw",)

