@@ -161,6 +161,7 @@ def test_refine_latent_identity_term_pulls_the_identity_embedding_towards_the_ta
     assert (cos(with_id) - cos(plain)).mean() > 0.05  # 0.15 on this toy
 
 
+@pytest.mark.slow  # 15 s: three real-face inversions (CI runs it with -m slow)
 def test_identity_refinement_runs_only_on_faces_the_pixel_fit_leaves_far_and_is_validated():
     from zoo.methods.ifadit import IFADITDemo
 

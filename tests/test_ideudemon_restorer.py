@@ -74,6 +74,7 @@ def test_shipped_checkpoint_holds_a_restorer_in_fp16():
     assert sum(p.stat().st_size for p in files) < 4 * 2**20
 
 
+@pytest.mark.slow  # 13 s: Step II on t1's faces with several keys (CI runs it with -m slow)
 @needs_generator
 def test_ffhq_prior_draws_a_sharper_face_farther_from_the_person_one_per_key_and_keeps_the_rest(t1_rgb, sface_judge):
     """The shipped Step II (step2.prior ffhq): the W+ encoder + FFHQ-grade generator redraw the Step I hybrid."""
