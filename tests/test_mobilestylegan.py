@@ -203,6 +203,17 @@ def test_cli_generate_rejects_a_z_of_the_wrong_shape(tmp_path, capsys):
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
 
 
+@pytest.mark.parametrize("command", [["generate", "-n", "1"], ["reconstruct", "example:astronaut", "--steps", "1"]])
+@pytest.mark.parametrize("device", ["nosuch", "mps"] + ([] if torch.cuda.is_available() else ["cuda"]))
+def test_cli_device_a_machine_cannot_use_is_one_line(tmp_path, capsys, command, device):
+    from zoo.cli import main
+
+    assert main([*command, "--device", device, "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith(f"error: --device {device}:")
+    assert not (tmp_path / "out").exists()
+
+
 # ------------------------------------------------------------------ inversion and `zoo reconstruct`
 @needs_wheel
 def test_refinement_lowers_the_reconstruction_loss(generator):

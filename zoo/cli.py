@@ -329,6 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-encoder", action="store_true", help="start refinement from the average face, not the W+ encoder's estimate")
     s.add_argument("--pitch", action="store_true", help="turn the encoder's estimate to the head's pitch as well as its yaw")
     s.add_argument("--detector", help="face detector (default: $ZOO_DETECTOR or auto)")
+    s.add_argument("--device", help="torch device the faces are inverted on (default cpu)")
     s.add_argument("--out", "-o", required=True, help="output folder")
     return p
 

@@ -9,9 +9,12 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .cli_args import CLIError, expand_inputs, parse_controls, parse_methods, read_key, run_options
+
+if TYPE_CHECKING:
+    import torch
 
 GENERATOR_NAMES = ("generator", "mobilestylegan")
 
@@ -142,7 +145,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             raise CLIError("-n must be at least 1")
         seed = 0 if args.seed is None else args.seed
         z = np.stack([np.random.default_rng(seed + i).standard_normal(STYLE_DIM).astype(np.float32) for i in range(args.n)])
-    model = load_mobilestylegan(args.device or "cpu")
+    model = load_mobilestylegan(cli_device(args.device))
     if args.size != 1024 and not model.heads_trained:
         raise CLIError(f"no trained {args.size} px head is installed; use --size 1024")
     out = Path(args.out)
@@ -156,6 +159,22 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
+def cli_device(name: str | None) -> torch.device:
+    """``--device`` (default cpu) as a torch device, or a one-line error for a name torch does not know or a device
+    this machine does not have."""
+    import torch
+
+    try:
+        device = torch.device(name or "cpu")
+    except RuntimeError as err:
+        raise CLIError(f"--device {name}: {err}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise CLIError(f"--device {name}: torch sees no CUDA device here")
+    if device.type not in ("cpu", "cuda"):
+        raise CLIError(f"--device {name}: only cpu and cuda are supported")
+    return device
+
+
 def cmd_reconstruct(args: argparse.Namespace) -> int:
     """Every face redrawn by the FFHQ-grade generator (W+ refinement) and pasted back:
     ``OUT/<name>__reconstructed.png`` plus ``.json`` (one entry per face)."""
@@ -166,7 +185,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
     if args.steps < 0:
         raise CLIError("--steps must be >= 0")
     inputs = expand_inputs(args.inputs)
-    generator = load_mobilestylegan()
+    generator = load_mobilestylegan(cli_device(args.device))
     if not generator.heads_trained:
         raise CLIError("the generator's 256 px head is not installed (zoo/weights/mobilestylegan/heads)")
     out_dir = Path(args.out)

@@ -305,10 +305,11 @@ def reconstruct_photo(
         reports.append(report)
     if not aligned:
         return out, reports
-    sface = load_sface()
+    device = next(g.parameters()).device  # the faces are inverted where the generator is
+    sface = load_sface(device)
     for i, a in aligned:
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
-        target = to_tensor(a.crop)
+        target = to_tensor(a.crop).to(device)
         result = invert_wplus(
             target, steps, generator=g, use_encoder=use_encoder, identity_weight=identity_weight, prior_weight=prior_weight, pose_angles=pose_angles
         )
