@@ -147,7 +147,7 @@ def _cv2_runs_sface(net) -> bool:
 
 def _torch_sface():
     """The zoo's torch port of the same SFace file (:mod:`zoo.nn.sface`), on the CPU: its embeddings agree with
-    OpenCV's to cosine 0.99999999999 on the 75 packaged real faces (test: ``tests/test_judges.py``)."""
+    OpenCV's to cosine 0.99999999999 on the 75 packaged real faces (test: ``tests/test_guard.py``)."""
     import logging
 
     from ..nn.sface import load_sface

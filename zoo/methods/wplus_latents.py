@@ -32,6 +32,7 @@ class WPlusLatents:
         if not set(self.pose_angles) <= set(POSE_ANGLES):
             raise ValueError(f"wplus.pose_angles must be among {list(POSE_ANGLES)}, got {list(self.pose_angles)}")
         self.identity = load_wplus_identity()
+        self.generator_on(torch.device("cpu"))  # loads (and on first use converts) it now: a missing wheel fails here
 
     @property
     def generator(self):
