@@ -11,7 +11,8 @@ place of that face (all measures use dlib, which no method uses):
 * ``detected``: dlib's CNN detector finds a face in the output overlapping the original's box (IoU >= 0.3);
 * ``same``: dlib same person (descriptor distance < 0.6) at the original's place;
 * ``nme``: mean distance of dlib's 68 landmarks, output against original, over the outer-eye-corner distance;
-* ``yaw``: head-pose yaw change in degrees (68 landmarks + solvePnP, :func:`zoo.face3d.landmarks.head_pose`);
+* ``yaw`` / ``pitch``: head-pose yaw and pitch change in degrees (68 landmarks + solvePnP,
+  :func:`zoo.face3d.landmarks.head_pose`); medians and 90th percentiles;
 * ``mouth`` / ``eyes``: change of the inner-lip gap and of the eye opening, in outer-eye-corner distances;
 * ``face_de``: CIE76 dE between the mean Lab colours inside the original's 68-landmark hull (jaw and brows);
 * ``ring_de``: the same for the skin ring just outside that hull (from 2% to 8% of the face size);
@@ -130,6 +131,7 @@ def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes:
     face, ring = _hull_masks(original.shape[:2], lm_in)
     pose_in, pose_out = head_pose(lm_in, original.shape[:2]), head_pose(lm_out, original.shape[:2])
     yaw = float(abs(angle_difference(pose_out[0], pose_in[0])))
+    pitch = float(abs(angle_difference(pose_out[1], pose_in[1])))
     (m_in, e_in), (m_out, e_out) = _openings(lm_in), _openings(lm_out)
     d = ref.distance(eye, output)
     return {
@@ -138,6 +140,7 @@ def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes:
         "dlib_distance": round(d, 4),
         "nme": round(float(np.linalg.norm(lm_out - lm_in, axis=1).mean() / scale), 4),
         "yaw": round(yaw, 2),
+        "pitch": round(pitch, 2),
         "mouth": round(abs(m_out - m_in), 4),
         "eyes": round(abs(e_out - e_in), 4),
         "face_de": round(delta_e(mean_lab(original, face), mean_lab(output, face)), 2),
@@ -155,6 +158,10 @@ def summarise(rows: list[dict]) -> dict:
     med = {
         k: (round(float(np.median([r[k] for r in drawn])), 3) if drawn else None) for k in ("nme", "yaw", "mouth", "eyes", "face_de", "ring_de", "sharpness")
     }
+    posed = [r for r in drawn if "pitch" in r and np.isfinite(r["yaw"]) and np.isfinite(r["pitch"])]  # rows from before the pitch column lack it
+    for k in ("yaw", "pitch"):
+        med[f"{k}_p50"] = round(float(np.median([r[k] for r in posed])), 2) if posed else None
+        med[f"{k}_p90"] = round(float(np.percentile([r[k] for r in posed], 90)), 2) if posed else None
     n = len(rows)
     recovery = {}
     if all("recovered_same" in r for r in rows):
@@ -171,6 +178,12 @@ def summarise(rows: list[dict]) -> dict:
         "drawn": len(drawn),
         "median": med,
     }
+
+
+def _pose_cell(med: dict) -> str:
+    if med.get("yaw_p50") is None:  # face rows measured before the pitch column: the yaw median alone
+        return f"{med['yaw']} / -"
+    return f"{med['yaw_p50']} ({med['yaw_p90']}) / {med['pitch_p50']} ({med['pitch_p90']})"
 
 
 def _recovery_cells(s: dict) -> str:
@@ -300,7 +313,7 @@ def write_report(result: dict, out_path: Path) -> None:
         f"`{result['command']}`. dlib judges every column. Rates over every face; medians over the faces the method drew "
         "(not blurred by the guard); targets: ring dE <= 2.5, face dE <= 6, sharpness 0.6-1.4.",
         "",
-        "| method | split | N | blurred by the guard | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw (deg) | NME | mouth | eyes | right key: same / closer | wrong key: same |",
+        "| method | split | N | blurred by the guard | dlib finds face | dlib same | face dE | ring dE | sharpness | yaw / pitch change deg, median (p90) | NME | mouth | eyes | right key: same / closer | wrong key: same |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for m, r in result["methods"].items():
@@ -311,7 +324,7 @@ def write_report(result: dict, out_path: Path) -> None:
             med = s["median"]
             md.append(
                 f"| {m} | {split} | {s['n']} | {s['guard_blurred']['k']}/{s['n']} | {s['detected']['k']}/{s['n']} | {rate_text(s['same'])} | "
-                f"{med['face_de']} | {med['ring_de']} | {med['sharpness']} | {med['yaw']} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
+                f"{med['face_de']} | {med['ring_de']} | {med['sharpness']} | {_pose_cell(med)} | {med['nme']} | {med['mouth']} | {med['eyes']} | {_recovery_cells(s)} |"
             )
     write_results(out_path, result, md)
     print("\n".join(md))

@@ -53,3 +53,18 @@ def test_judge_floor_real_groups_pairs_by_face_size_and_split():
     assert (s["held-out"]["both small"]["k"], s["held-out"]["both small"]["n"]) == (1, 1)
     assert (s["held-out"]["both larger"]["k"], s["held-out"]["both larger"]["n"]) == (0, 1)
     assert (s["tuning"]["both small"]["k"], s["tuning"]["both small"]["n"]) == (0, 1) and s["tuning"]["both larger"]["n"] == 0
+
+
+def test_appearance_pose_summary_uses_drawn_faces_with_both_angles():
+    from benchmarks.appearance import summarise
+
+    def row(yaw, pitch=None, status="processed"):
+        r = dict(status=status, detected=True, same=False, nme=0.1, yaw=yaw, mouth=0.0, eyes=0.0, face_de=1.0, ring_de=1.0, sharpness=1.0)
+        return r if pitch is None else {**r, "pitch": pitch}
+
+    rows = [row(float(i), 2.0 * i) for i in range(1, 11)] + [row(100.0, 100.0, status="guard_blur"), row(50.0)]
+    med = summarise(rows)["median"]
+    # the blurred face and the row without pitch (written before the column existed) are left out of the pose stats
+    assert med["yaw_p50"] == 5.5 and med["pitch_p50"] == 11.0
+    assert med["yaw_p90"] == 9.1 and med["pitch_p90"] == 18.2
+    assert summarise([row(3.0)])["median"]["pitch_p90"] is None

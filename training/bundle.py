@@ -259,7 +259,7 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
         "rates k/n [95% Wilson] over every face, medians over the faces the method drew (not blurred by the guard); "
         "dE: CIE76 colour difference output vs original):",
         "",
-        "| split | faces | dlib same person | blurred by the guard | right-key recovery same | wrong-key recovery same | dlib finds the face | face dE | skin-ring dE | sharpness (out/in) | yaw change deg | landmark NME |",
+        "| split | faces | dlib same person | blurred by the guard | right-key recovery same | wrong-key recovery same | dlib finds the face | face dE | skin-ring dE | sharpness (out/in) | yaw / pitch change deg, median (p90) | landmark NME |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for split in ("tuning", "held-out"):
@@ -267,9 +267,10 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
         if not s.get("n"):
             continue
         m = s["median"]
+        pose = f"{m['yaw_p50']} ({m['yaw_p90']}) / {m['pitch_p50']} ({m['pitch_p90']})" if m.get("yaw_p50") is not None else f"{m['yaw']} / -"
         lines.append(
             f"| {split} | {s['n']} | {_rate_cell(s['same'])} | {_rate_cell(s.get('guard_blurred'))} | {_rate_cell(s.get('recovered_same'))} | {_rate_cell(s.get('wrong_key_same'))} | {_rate_cell(s['detected'])} "
-            f"| {m['face_de']} | {m['ring_de']} | {m['sharpness']} | {m['yaw']} | {m['nme']} |"
+            f"| {m['face_de']} | {m['ring_de']} | {m['sharpness']} | {pose} | {m['nme']} |"
         )
     lines += ["", "Source: `benchmarks/results/appearance.md`."]
     return [("Whole photos: privacy, recovery and how the face fits in", "\n".join(lines))]
