@@ -184,7 +184,9 @@ class SFaceJudge(Judge):
             return np.asarray(self._net.feature(aligned), dtype=np.float64).reshape(-1)
         import torch
 
-        x = torch.from_numpy(np.ascontiguousarray(aligned[:, :, ::-1])).permute(2, 0, 1)[None].float() / 127.5 - 1.0
+        from ..imageio import to_tensor
+
+        x = to_tensor(aligned[:, :, ::-1])  # SFace's BGR crop as RGB [1,3,112,112] in [-1,1]
         with torch.no_grad():
             return self._torch_net(x).double().numpy().reshape(-1)
 
