@@ -213,8 +213,32 @@ def test_shipped_reversible_methods_default_to_wplus(name, monkeypatch):
     m = load(name, device="cpu")
     assert m.latent_space == "wplus" and m.resolution == 256
     assert "FFHQ-grade" in m.weights.label
+    assert not {"generator", "encoder"} & set(m.components)  # the DCGAN tier's parts are not loaded on W+
     fast = load(name, device="cpu", latent_space="dcgan")
     assert fast.latent_space == "dcgan" and fast.resolution == 64 and fast.wplus is None
+    assert {"generator", "encoder"} <= set(fast.components)
+
+
+def test_wplus_method_switched_to_dcgan_builds_its_backbone(monkeypatch, tmp_path):
+    """A method loaded on W+ (no DCGAN parts) draws the same 64 px faces after switching to the DCGAN tier as one
+    loaded there, from any working directory; saved on W+, the checkpoint keeps both tiers."""
+    from zoo import load
+
+    monkeypatch.delenv("ZOO_LATENT_SPACE", raising=False)
+    monkeypatch.chdir(tmp_path)
+    switched = load("dbaf", device="cpu").use_latent_space("dcgan")
+    direct = load("dbaf", device="cpu", latent_space="dcgan")
+    z = torch.randn(2, 100, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(switched.decode(z), direct.decode(z))
+        x = direct.decode(z)
+        assert torch.equal(switched.encode(x), direct.encode(x))
+    load("dbaf", device="cpu").save_pretrained(tmp_path / "dbaf")
+    again = load("dbaf", device="cpu", local_dir=str(tmp_path / "dbaf"))
+    assert not {"generator", "encoder"} & set(again.components)
+    assert {"generator", "encoder"} <= {p.name for p in again.checkpoint_folder.iterdir()}
+    with torch.no_grad():
+        assert torch.equal(again.use_latent_space("dcgan").decode(z), direct.decode(z))
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -81,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{a.angle}_std_deg": f"{values.std():.2f}",
         "held_out_correlation": f"{corr:.3f}",
         "seconds": f"{time.time() - t0:.0f}",
-        "command": " ".join(["python -m training.wplus_pose", *(sys.argv[1:] if argv is None else argv)]),
+        "command": "python -m training.wplus_pose " + shlex.join(sys.argv[1:] if argv is None else argv),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     save_file({"direction": torch.tensor(direction, dtype=torch.float32)}, str(out), metadata=meta)

@@ -30,7 +30,7 @@ import importlib
 import json
 import os
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Collection, Mapping
 
 import torch
 from huggingface_hub import PyTorchModelHubMixin
@@ -171,11 +171,13 @@ def load_components(
     *,
     revision: str | None = None,
     expected_method: str | None = None,
+    skip: Callable[[dict[str, Any]], Collection[str]] | None = None,
 ) -> tuple[dict[str, Any], dict[str, HubModule], dict[str, torch.Tensor]]:
     """Load a checkpoint written by :func:`save_components`.
 
     Returns ``(config, components, extra_tensors)``; raises :class:`WeightsNotFoundError` when the
-    checkpoint is missing and ``ValueError`` when it belongs to another method.
+    checkpoint is missing and ``ValueError`` when it belongs to another method. ``skip(config)``: names of
+    components not to load (the method builds them itself if it ever needs them).
     """
     from safetensors.torch import load_file
 
@@ -187,12 +189,23 @@ def load_components(
     if expected_method is not None and index.get("method") != expected_method:
         raise ValueError(f"{repo_or_dir} holds a {index.get('method')!r} checkpoint, not {expected_method!r}")
     components: dict[str, HubModule] = {}
+    skipped = set(skip(index.get("config", {}))) if skip is not None else set()
     for name, qualname in index["components"].items():
+        if name in skipped:
+            continue
         cls = _import_qualname(qualname)
         components[name] = cls.from_pretrained(str(component_dir(folder, name)))
     extra_file = folder / "extra.safetensors"
     extra = load_file(str(extra_file)) if extra_file.is_file() else {}
     return index.get("config", {}), components, extra
+
+
+def load_component(folder: str | os.PathLike, name: str) -> HubModule:
+    """Component ``name`` of the checkpoint in the local ``folder`` (one that :func:`load_components` skipped)."""
+    index = json.loads((Path(folder) / METHOD_INDEX).read_text())
+    if name not in index.get("components", {}):
+        raise KeyError(f"{folder} has no component {name!r}")
+    return _import_qualname(index["components"][name]).from_pretrained(str(component_dir(folder, name)))
 
 
 def shared_name(component_folder: Path) -> str | None:

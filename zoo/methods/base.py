@@ -25,6 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any, ClassVar, Iterable, Sequence
 
 import numpy as np
@@ -257,6 +258,8 @@ class NeuralMethod(DeidMethod):
     """
 
     component_names: ClassVar[tuple[str, ...]] = ()
+    #: the local folder the method was loaded from (:meth:`from_pretrained`); None for one built in memory
+    checkpoint_folder: Path | None = None
     guard_by_default: ClassVar[bool] = True
     draws_new_face: ClassVar[bool] = True
 
@@ -266,7 +269,8 @@ class NeuralMethod(DeidMethod):
         self.components = dict(components)
         self.extra = dict(extra or {})
         self.resolution = int(self.config.get("resolution", type(self).resolution))
-        missing = [n for n in self.component_names if n not in self.components]
+        deferred = set(self.deferred_components(self.config))
+        missing = [n for n in self.component_names if n not in self.components and n not in deferred]
         if missing:
             raise ValueError(f"{self.name} checkpoint lacks components {missing}")
 
@@ -289,10 +293,19 @@ class NeuralMethod(DeidMethod):
 
     @classmethod
     def from_pretrained(cls, repo_or_dir, *, revision: str | None = None) -> "NeuralMethod":
-        from ..hub import load_components
+        from ..hub import load_components, resolve_checkpoint
 
-        config, components, extra = load_components(repo_or_dir, revision=revision, expected_method=cls.name)
-        return cls.variant_for(config)(config, components, extra)
+        folder = resolve_checkpoint(repo_or_dir, revision=revision)
+        config, components, extra = load_components(folder, expected_method=cls.name, skip=lambda c: cls.variant_for(c).deferred_components(c))
+        method = cls.variant_for(config)(config, components, extra)
+        method.checkpoint_folder = folder
+        return method
+
+    @classmethod
+    def deferred_components(cls, config: dict[str, Any]) -> tuple[str, ...]:
+        """Components a checkpoint with ``config`` does not need at load: not loaded, built on first need (none
+        by default)."""
+        return ()
 
     #: ``"module:Class"`` of the demo-tier variant (:mod:`zoo.methods.latent_demo`), if the method has one
     demo_variant: ClassVar[str | None] = None

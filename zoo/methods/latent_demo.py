@@ -43,7 +43,7 @@ from typing import Any, ClassVar, Sequence
 import torch
 
 from ..keys import KeyMaterial
-from ..nn.dcgan import DCGANGenerator, InversionEncoder, invert
+from ..nn.dcgan import LATENT_DIM, DCGANGenerator, InversionEncoder, invert
 from .base import Control, NeuralMethod
 from .wplus_latents import WPlusLatents
 
@@ -123,15 +123,38 @@ class LatentDemoMethod(NeuralMethod):
     def latent_space(self) -> str:
         return _checked_space(self.config.get("latent_space", "dcgan"))
 
+    @classmethod
+    def deferred_components(cls, config: dict[str, Any]) -> tuple[str, ...]:
+        """On W+ the DCGAN ``generator`` and its inversion ``encoder`` are not used: they load only if the method is
+        switched to the DCGAN tier (:meth:`use_latent_space`)."""
+        return ("generator", "encoder") if _checked_space(config.get("latent_space", "dcgan")) == "wplus" else ()
+
     def __init__(self, config: dict[str, Any], components: dict[str, torch.nn.Module], extra: dict[str, torch.Tensor] | None = None):
         super().__init__(config, components, extra)
         if self.latent_space == "wplus":
             self.resolution = WPlusLatents.resolution
+        else:
+            self._build_dcgan_backbone()
+
+    def _build_dcgan_backbone(self) -> None:
+        """The DCGAN ``generator`` + ``encoder`` where they were not loaded (:meth:`deferred_components`): from the
+        checkpoint the method was loaded from, else :meth:`backbone_components`; on the method's device, frozen."""
+        missing = [n for n in ("generator", "encoder") if n not in self.components]
+        if not missing:
+            return
+        from ..hub import load_component
+
+        built = None if self.checkpoint_folder is not None else self.backbone_components(self.config)
+        for name in missing:
+            module = load_component(self.checkpoint_folder, name) if built is None else built[name]
+            self.components[name] = module.to(device=self.device, dtype=self.dtype).eval().requires_grad_(False)
 
     def use_latent_space(self, space: str) -> "LatentDemoMethod":
         """Run the keyed transform in ``space`` ("wplus": 256 px FFHQ-grade generator; "dcgan": 64 px)."""
         self.config["latent_space"] = _checked_space(space)
         self.resolution = WPlusLatents.resolution if space == "wplus" else 64
+        if space == "dcgan":
+            self._build_dcgan_backbone()
         self.__dict__.pop("_wplus", None)
         self.__dict__.pop("_code_cache", None)
         return self
@@ -395,7 +418,7 @@ class LatentDemoMethod(NeuralMethod):
     @property
     def code_dim(self) -> int:
         """Size of the identity code (100)."""
-        return int(self.components["generator"].latent_dim) if self.wplus is None else self.wplus.identity.dim
+        return LATENT_DIM if self.wplus is None else self.wplus.identity.dim
 
     def recover_faces(
         self,
@@ -426,6 +449,7 @@ class LatentDemoMethod(NeuralMethod):
     def save_pretrained(self, folder) -> Any:
         """As :meth:`NeuralMethod.save_pretrained`, with the trained encoder stored in fp16 (halves the
         bundled size; the evaluation was run on the fp16 weights)."""
+        self._build_dcgan_backbone()  # a checkpoint keeps both tiers, whichever one this method runs
         enc = self.components["encoder"]
         dtype = next(enc.parameters()).dtype
         enc.half()
@@ -494,17 +518,17 @@ class KeyedInvolutionDemo(LatentDemoMethod):
 
     @property
     def reflect_dim(self) -> int:
-        return int(self.config.get("reflect_dim", self.components["generator"].latent_dim // 2))
+        return int(self.config.get("reflect_dim", self.code_dim // 2))
 
     def key_vectors(self, keys: Sequence[KeyMaterial]) -> tuple[torch.Tensor, torch.Tensor]:
         """(P ``[N, key_dim]`` N(0, I), Q_S ``[N, 100, reflect_dim]`` orthonormal), one per face."""
-        d, k, kd = self.components["generator"].latent_dim, self.reflect_dim, int(self.editor.key_dim)
+        d, k, kd = self.code_dim, self.reflect_dim, int(self.editor.key_dim)
         p = torch.stack([key.normal(kd, context=f"{self.name}/{self.key_context}") for key in keys])
         basis = torch.stack([key.normal(d * k, context=f"{self.name}/{self.key_context}/subspace").view(d, k) for key in keys])
         return p.to(self.device, self.dtype), torch.linalg.qr(basis.double())[0].to(self.device, self.dtype)
 
     def _random_keys(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
-        d, k, kd = self.components["generator"].latent_dim, self.reflect_dim, int(self.editor.key_dim)
+        d, k, kd = self.code_dim, self.reflect_dim, int(self.editor.key_dim)
         p = torch.randn(n, kd, generator=self.train_generator)
         q = torch.linalg.qr(torch.randn(n, d, k, generator=self.train_generator))[0]
         return p.to(self.device), q.to(self.device)
