@@ -1,17 +1,21 @@
 """How well the FFHQ-grade generator redraws real faces: W+ refinement (zoo.inversion) against steps, judged by dlib.
 
-    python -m benchmarks.reconstruct_real --steps 25,50,100,200 [--start encoder|w_avg]
+    python -m benchmarks.reconstruct_real --steps 25,50,100,200 [--start encoder|w_avg|methods] [--identity-weight 1]
 
 Real photos that packages ship (:data:`benchmarks.real_photos.REAL_PHOTOS`), split before measuring: ``tuning`` =
 insightface's t1.jpg (6 faces) and face_recognition's biden, the only photos any default was looked at on;
 ``held-out`` = astronaut, camera, grace_hopper, Tom Hanks and five photos of Obama (one face each). Every face is FFHQ-aligned at 256 px and refined (``zoo.inversion.
 refine_wplus``, one face at a time) from ``--start``: the W+ encoder's estimate (``zoo.inversion.encode_wplus``) or
-w_avg; at each step count in ``--steps`` (0 = the start itself) the 256 px image is compared with the aligned
+w_avg; ``methods``: the inversion every W+ method runs (``zoo.inversion.invert_wplus``: the encoder's estimate
+turned to the head's yaw, refinement with SFace's identity term at ``--identity-weight``, the methods' default 1.0);
+at each step count in ``--steps`` (0 = the start itself) the 256 px image is compared with the aligned
 original:
 
 * dlib (the judge: no setting here uses it) same person at 0.6, and whether the original is the nearest of all
   originals of both sets to the reconstruction (rank-1);
 * PSNR inside the face mask (``zoo.paste.face_mask``) and SFace cosine;
+* dlib's 68 landmarks: mean distance in px on the 256 px crop, and the head's |yaw| and |pitch| change
+  (:func:`zoo.face3d.landmarks.head_pose`);
 * seconds per face.
 
 Rates carry 95% Wilson intervals. Writes ``benchmarks/results/reconstruct_real.{json,md}``.
@@ -29,8 +33,9 @@ import torch
 from benchmarks.real_photos import packaged_photos
 from benchmarks.report import command_line, write_results
 from training.evaluate import wilson_interval
-from zoo.alignment import align_face
+from zoo.alignment import align_face, ffhq_template
 from zoo.detection import detect_faces
+from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
 from zoo.imageio import from_tensor, to_tensor
 from zoo.inversion import ALIGN_SIZE, encode_wplus, refine_wplus
 from zoo.judges import get_judge
@@ -47,6 +52,19 @@ def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarr
     return [(name, split, i, align_face(rgb, face.landmarks, size).crop) for name, split, rgb in packaged_photos() for i, face in enumerate(detect_faces(rgb))]
 
 
+def _landmarks(crop: np.ndarray, template: np.ndarray) -> np.ndarray | None:
+    """dlib's 68 landmarks ``[68,2]`` of an aligned uint8 crop (the template's 5 points place the box), None where dlib fails."""
+    try:
+        return detect_landmarks68(crop, template)
+    except LandmarkError:
+        return None
+
+
+def _median(values) -> float | None:
+    kept = [v for v in values if v is not None and np.isfinite(v)]
+    return round(float(np.median(kept)), 2) if kept else None
+
+
 def rate(k: int, n: int) -> dict:
     """k of n with its 95% Wilson interval, as the results files write it."""
     lo, hi = wilson_interval(k, n)
@@ -58,18 +76,21 @@ def rate_text(r: dict) -> str:
     return f"{r['k']}/{r['n']} {r['95ci']}"
 
 
-def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str) -> dict[int, tuple[torch.Tensor, float]]:
+def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str, identity_weight: float = 0.0) -> dict[int, tuple[torch.Tensor, float]]:
     """step -> (256 px image, seconds so far) for one FFHQ-aligned ``target [1,3,256,256]``: the start code (``start``
-    "encoder": :func:`zoo.inversion.encode_wplus`; "w_avg": the average face) refined to ``max(checkpoints)`` steps;
-    step 0 is the start code itself."""
+    "encoder" or "methods": :func:`zoo.inversion.encode_wplus`, turned to the head's pose; "w_avg": the average face)
+    refined to ``max(checkpoints)`` steps with SFace's identity term at ``identity_weight``; step 0 is the start code
+    itself."""
     t0 = time.perf_counter()
-    code = encode_wplus(target) if start == "encoder" else g.mean_wplus(1)
+    code = encode_wplus(target) if start in ("encoder", "methods") else g.mean_wplus(1)
     if code is None:
         raise SystemExit("no W+ encoder ships (zoo/weights/wplus_encoder); use --start w_avg")
     t_start = time.perf_counter() - t0
     snaps = {}
     if max(checkpoints) > 0:
-        snaps = refine_wplus(target, max(checkpoints), generator=g, start=code, snapshots=tuple(s for s in checkpoints if s > 0)).snapshots
+        snaps = refine_wplus(
+            target, max(checkpoints), generator=g, start=code, identity_weight=identity_weight, snapshots=tuple(s for s in checkpoints if s > 0)
+        ).snapshots
         snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
     if 0 in checkpoints:
         with torch.no_grad():
@@ -80,7 +101,8 @@ def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str) 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", default="25,50,100,200")
-    p.add_argument("--start", choices=("encoder", "w_avg"), default="w_avg", help="where refinement starts")
+    p.add_argument("--start", choices=("encoder", "w_avg", "methods"), default="w_avg", help="where refinement starts")
+    p.add_argument("--identity-weight", type=float, default=None, help="SFace identity term (default: 1.0 with --start methods, else 0)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
@@ -91,10 +113,13 @@ def main(argv: list[str] | None = None) -> int:
     faces = packaged_faces()
     originals = np.stack([f[3] for f in faces])
     orig_dlib = dlib.embed_aligned(originals)
+    identity_weight = args.identity_weight if args.identity_weight is not None else (1.0 if args.start == "methods" else 0.0)
+    template = ffhq_template(ALIGN_SIZE)
     rows = []
     for (name, split, i, crop), d0 in zip(faces, orig_dlib):
         target = to_tensor(crop)
-        snaps = fidelity_curve(g, target, checkpoints, args.start)
+        lm0 = _landmarks(crop, template)
+        snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
             image, seconds = snaps[s]
@@ -105,7 +130,12 @@ def main(argv: list[str] | None = None) -> int:
             err = (rec.astype(np.float64) - crop)[mask]
             with torch.no_grad():
                 cos = float((sface.embed_aligned(image) * sface.embed_aligned(target)).sum())
+            lm = _landmarks(rec, template)
+            pose = np.abs(head_pose(lm, rec.shape[:2]) - head_pose(lm0, crop.shape[:2])) if lm is not None and lm0 is not None else np.full(3, np.nan)
             row["by_steps"][s] = {
+                "landmark_px": round(float(np.linalg.norm(lm - lm0, axis=1).mean()), 2) if lm is not None and lm0 is not None else None,
+                "yaw_change_deg": round(float(pose[0]), 2),
+                "pitch_change_deg": round(float(pose[1]), 2),
                 "dlib_distance": round(own, 4),
                 "same_person": own < dlib.threshold,
                 "nearest_is_own": bool(np.argmin(dists) == len(rows)),
@@ -128,22 +158,33 @@ def main(argv: list[str] | None = None) -> int:
                 "psnr_face_db_median": round(float(np.median([x["psnr_face_db"] for x in per])), 2),
                 "sface_cosine_median": round(float(np.median([x["sface_cosine"] for x in per])), 3),
                 "seconds_per_face_median": round(float(np.median([x["seconds"] for x in per])), 1),
+                "landmark_px_median": _median([x.get("landmark_px") for x in per]),
+                "yaw_change_deg_median": _median([x.get("yaw_change_deg") for x in per]),
+                "pitch_change_deg_median": _median([x.get("pitch_change_deg") for x in per]),
             }
-    result = {"command": command_line("benchmarks.reconstruct_real", argv), "threads": args.threads, "start": args.start, "summary": summary, "rows": rows}
+    result = {
+        "command": command_line("benchmarks.reconstruct_real", argv),
+        "threads": args.threads,
+        "start": args.start,
+        "identity_weight": identity_weight,
+        "summary": summary,
+        "rows": rows,
+    }
     lines = [
-        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, 256 px)",
+        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, SFace identity weight {identity_weight}, 256 px)",
         "",
         f"`{result['command'].strip()}`, {args.threads} threads. dlib judge at 0.6; rates k/n [95% Wilson].",
         "",
-        "| split | steps | same person (dlib) | nearest original is its own | face PSNR dB (median) | SFace cos (median) | s/face (median) |",
-        "|---|---|---|---|---|---|---|",
+        "| split | steps | same person (dlib) | nearest original is its own | face PSNR dB (median) | SFace cos (median) | landmarks px (median) | yaw / pitch change deg (median) | s/face (median) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for split, per in summary.items():
         for s, r in per.items():
             sp, nn = r["same_person"], r["nearest_is_own"]
             lines.append(
                 f"| {split} | {s} | {sp['k']}/{sp['n']} [{sp['95ci'][0]:.2f}, {sp['95ci'][1]:.2f}] | {nn['k']}/{nn['n']} [{nn['95ci'][0]:.2f}, {nn['95ci'][1]:.2f}] "
-                f"| {r['psnr_face_db_median']:.1f} | {r['sface_cosine_median']:.3f} | {r['seconds_per_face_median']:.1f} |"
+                f"| {r['psnr_face_db_median']:.1f} | {r['sface_cosine_median']:.3f} | {r.get('landmark_px_median', '-')} "
+                f"| {r.get('yaw_change_deg_median', '-')} / {r.get('pitch_change_deg_median', '-')} | {r['seconds_per_face_median']:.1f} |"
             )
     write_results(args.out, result, lines)
     return 0

@@ -146,7 +146,10 @@ def test_list_and_info(capsys):
     # the bundled demo checkpoints are listed as such, with their label and stored evaluation
     assert rows["personal"]["weights"] == "demo (bundled)" and rows["personal"]["weights_label"].startswith("demo:")
     assert rows["personal"]["resolution"] == "256" and "refine_steps" in rows["personal"]["controls"]  # the W+ tier
-    assert rows["personal"]["evaluation"]["generated"]["anonymized_same_person"]["n"] >= 200
+    evaluation = rows["personal"]["evaluation"]  # the default (W+) tier's numbers first, the 64 px tier's beside them
+    assert evaluation["tier"].startswith("FFHQ-grade W+") and evaluation["generated"]["anonymized_same_person"]["n"] >= 100
+    assert evaluation["real_held_out"]["recovery_same_person"]["n"] >= 40
+    assert evaluation["dcgan_tier"]["generated"]["anonymized_same_person"]["n"] >= 200
     assert main(["info", "pixelate"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["name"] == "pixelate" and info["controls"]["strength"]["default"] == 1.0

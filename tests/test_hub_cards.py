@@ -235,6 +235,8 @@ def test_bundled_demo_cards_are_current(method, tmp_path):
     (tmp_path / "method.json").write_text((weights / "method.json").read_text())
     text = recard(method, tmp_path).read_text()
     assert text == (weights / "README.md").read_text(), f"{weights}/README.md is stale: python -m training.bundle --method {method} --card-only"
+    index = json.loads((tmp_path / "method.json").read_text())
+    assert index == json.loads((weights / "method.json").read_text()), f"{weights}/method.json's evaluation is stale: same command"
     if method == "personal":  # the table for every level d = 0..9 (issue 15) is in the card
         assert all(f"\n| {d} | " in text for d in range(10))
 
@@ -248,3 +250,70 @@ def test_recard_refuses_what_bundle_did_not_write(tmp_path):
     (tmp_path / "eval.json").write_text("[]")
     with pytest.raises(ValueError, match="not written by training.bundle"):
         recard("dbaf", tmp_path, tmp_path / "eval.json")
+
+
+def test_default_tier_evaluation_leads_the_card_and_method_json(tmp_path, monkeypatch):
+    """A W+ checkpoint's card and method.json lead with the default tier's measured rates (generated faces, whole
+    photos per split), each number as the results files hold it; the bundle evaluator's 64 px summary stays beside
+    them under ``dcgan_tier``, also when the refresh runs twice."""
+    import training.bundle as bundle
+    from training.bundle import REPO, recard
+
+    rng = np.random.default_rng(7)
+
+    def rate(n):
+        k = int(rng.integers(0, n + 1))
+        return {"k": k, "n": n, "rate": round(k / n, 3), "95ci": [0.01, 0.99]}
+
+    row = {
+        m: rate(12)
+        for m in (
+            "anonymized_same_dlib anonymized_same_sface anonymized_same_faceres keys_pairwise_same_dlib anonymized_detected_dlib "
+            "recovered_carried_same_dlib recovered_carried_nearest_own recovered_pixels_same_dlib recovered_jpeg90_pixels_same_dlib "
+            "wrong_key_same_dlib"
+        ).split()
+    }
+    row.update({k: float(rng.uniform(1, 30)) for k in ("yaw_change_deg_median", "yaw_change_deg_p90", "pitch_change_deg_median", "pitch_change_deg_p90")})
+    row.update(recovered_carried_psnr_db_median=31.5, anonymized_psnr_db_median=16.25, anonymize_s_per_face=0.3, recover_s_per_face=0.3)
+    wplus = {
+        "command": "python -m benchmarks.wplus_methods --sets generated",
+        "keys": 4,
+        "sets": {"generated": {"n": 12, "chance_floor_dlib": rate(12), "dbaf": row}},
+    }
+    photos = {
+        "command": "python -m benchmarks.wrong_keys --methods hford --keys 2 ; python -m benchmarks.wrong_keys --methods dbaf --keys 2",
+        "methods": {
+            "dbaf": {
+                split: {
+                    "faces": 9,
+                    "anonymized_matched": rate(9),
+                    "right_key_matched": rate(9),
+                    "face_keys_matched": rate(18),
+                    "jpeg_face_keys_matched": rate(9),
+                    "guard_blurred": 2,
+                }
+                for split in ("tuning", "held-out")
+            }
+        },
+    }
+    (tmp_path / "wplus.json").write_text(json.dumps(wplus))
+    (tmp_path / "photos.json").write_text(json.dumps(photos))
+    monkeypatch.setattr(bundle, "WPLUS_RESULTS", tmp_path / "wplus.json")
+    monkeypatch.setattr(bundle, "PHOTO_RESULTS", tmp_path / "photos.json")
+    shipped = json.loads((REPO / "zoo" / "weights" / "dbaf" / "method.json").read_text())
+    (tmp_path / "ckpt").mkdir()
+    (tmp_path / "ckpt" / "method.json").write_text(json.dumps(shipped))
+    recard("dbaf", tmp_path / "ckpt")
+    text = recard("dbaf", tmp_path / "ckpt").read_text()  # twice: the 64 px summary is kept, not nested again
+    ev = json.loads((tmp_path / "ckpt" / "method.json").read_text())["evaluation"]
+    assert ev["tier"].startswith("FFHQ-grade W+")
+    assert ev["generated"]["anonymized_same_person"]["value"] == row["anonymized_same_dlib"]["rate"]
+    assert ev["generated"]["chance_floor_same_person"]["n"] == 12
+    assert ev["real_held_out"]["recovery_same_person"]["value"] == photos["methods"]["dbaf"]["held-out"]["right_key_matched"]["rate"]
+    assert ev["real_tuning"]["command"] == "python -m benchmarks.wrong_keys --methods dbaf --keys 2"  # the method's own run
+    dcgan = shipped["evaluation"].get("dcgan_tier") or shipped["evaluation"]
+    assert ev["dcgan_tier"]["generated"] == dcgan["generated"] and "dcgan_tier" not in ev["dcgan_tier"]
+    evaluation = text[text.index("## Evaluation") :]
+    first_wplus = evaluation.index("FFHQ-grade W+ (the default): the generator's own faces")
+    assert first_wplus < evaluation.index("FFHQ-grade W+ (the default): held-out real photos") < evaluation.index("64 px DCGAN tier")
+    assert "| recovery/psnr | 31.5 dB |" in evaluation and "| utility/anonymized_psnr | 16.25 dB |" in evaluation

@@ -199,46 +199,222 @@ def bundle(
     return index["evaluation"]
 
 
+#: results files that measure the shipped default of the reversible demo methods (the FFHQ-grade W+ tier)
+WPLUS_RESULTS = REPO / "benchmarks" / "results" / "wplus_methods.json"
+PHOTO_RESULTS = REPO / "benchmarks" / "results" / "wrong_keys.json"
+#: how the card and method.json name the 64 px tier the bundle evaluator measured
+DCGAN_TIER = "64 px DCGAN tier (ZOO_LATENT_SPACE=dcgan)"
+
+
+def _metric(r: Mapping[str, Any] | None, description: str) -> dict[str, Any] | None:
+    """A results file's rate (``k``, ``n``, ``rate``, ``95ci``) as an evaluator metric entry (hub_cards), None if absent."""
+    if not r or not r.get("n"):
+        return None
+    return {"value": r["rate"], "n": r["n"], "ci95": list(r["95ci"]), "description": description}
+
+
+def _number(value: Any, description: str, unit: str = "") -> dict[str, Any] | None:
+    return None if value is None else {"value": float(value), "description": description, "unit": unit}
+
+
+def _pruned(tree: Mapping[str, Any]) -> dict[str, Any]:
+    """``tree`` without the None leaves (measures a results file does not hold)."""
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, Mapping) and "value" not in value:
+            value = _pruned(value)
+            if not value:
+                continue
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
+    """Evaluator-style entries (:mod:`hub_cards`) of the method as it ships, on the FFHQ-grade W+ tier: the
+    generator's own faces from :data:`WPLUS_RESULTS` (``benchmarks/wplus_methods.py``: the keyed transform alone)
+    and whole real photos, per split, from :data:`PHOTO_RESULTS` (``benchmarks/wrong_keys.py``: defaults, privacy
+    guard on). [] where neither file holds the method."""
+    entries: list[dict[str, Any]] = []
+    dlib = "dlib (euclidean, threshold 0.6; never used by a method, the guard or a setting)"
+    if WPLUS_RESULTS.is_file():
+        result = json.loads(WPLUS_RESULTS.read_text())
+        per = result.get("sets", {}).get("generated", {})
+        r = per.get(method_name)
+        if r and "keys_pairwise_same_dlib" in r:
+            metrics = {
+                "privacy": {
+                    "dlib": {
+                        "identification_rate": _metric(r["anonymized_same_dlib"], "anonymized face matched to the original"),
+                        "chance_floor": _metric(per.get("chance_floor_dlib"), "an unrelated generated face matched to the original"),
+                    },
+                    "sface": {"identification_rate": _metric(r["anonymized_same_sface"], "as above, SFace at its threshold (used in training)")},
+                    "faceres": {"identification_rate": _metric(r["anonymized_same_faceres"], "as above, FaceRes (the guard's second recognizer)")},
+                },
+                "diversity": {
+                    "dlib": {
+                        "pairwise_same_rate": _metric(r["keys_pairwise_same_dlib"], f"{result.get('keys', 4)} keys on one face, pairs judged the same person")
+                    }
+                },
+                "recovery": {
+                    "dlib": {
+                        "recovery_rate": _metric(r["recovered_carried_same_dlib"], "right key, from the lossless save's carried code: same person"),
+                        "nearest_own": _metric(r["recovered_carried_nearest_own"], "the recovered face's nearest original among all test faces is its own"),
+                    },
+                    "psnr": _number(r.get("recovered_carried_psnr_db_median"), "right-key recovery against the original, inside the face mask, median", "dB"),
+                    "pixels_only": {"dlib": {"recovery_rate": _metric(r["recovered_pixels_same_dlib"], "right key, the code re-inverted from the pixels")}},
+                },
+                "robustness": {
+                    "jpeg90": {"dlib": {"recovery_rate": _metric(r["recovered_jpeg90_pixels_same_dlib"], "right key from a JPEG q90 copy (pixels only)")}}
+                },
+                "wrong_key": {
+                    "dlib": {
+                        "identification_rate": _metric(r["wrong_key_same_dlib"], "a wrong key's recovery matched to the original (the keyed transform alone)")
+                    }
+                },
+                "utility": {
+                    "detection_rate": _metric(r["anonymized_detected_dlib"], "dlib's HOG detector finds the anonymized face"),
+                    "yaw_change_median": _number(r["yaw_change_deg_median"], "|yaw change|, median", "deg"),
+                    "yaw_change_p90": _number(r["yaw_change_deg_p90"], "|yaw change|, 90th percentile", "deg"),
+                    "pitch_change_median": _number(r["pitch_change_deg_median"], "|pitch change|, median", "deg"),
+                    "pitch_change_p90": _number(r["pitch_change_deg_p90"], "|pitch change|, 90th percentile", "deg"),
+                    "anonymized_psnr": _number(r["anonymized_psnr_db_median"], "anonymized face against the original, inside the face mask, median", "dB"),
+                },
+                "speed": {
+                    "anonymize": _number(r["anonymize_s_per_face"], "keyed transform + 256 px drawing per face (no inversion: drawn from W+)", "s"),
+                    "recover": _number(r["recover_s_per_face"], "right-key recovery from the carried code per face", "s"),
+                },
+            }
+            entries.append(
+                {
+                    "method": method_name,
+                    "dataset": {
+                        "name": "FFHQ-grade W+ (the default): the generator's own faces (seeds 5,000,000+, truncation 0.8), the keyed transform alone",
+                        "num_images": per["n"],
+                    },
+                    "judges": [dlib],
+                    "command": result["command"].strip(),
+                    "metrics": _pruned(metrics),
+                }
+            )
+    if PHOTO_RESULTS.is_file():
+        result = json.loads(PHOTO_RESULTS.read_text())
+        per_method = result.get("methods", {}).get(method_name, {})
+        for split in ("held-out", "tuning"):
+            s = per_method.get(split)
+            if not s or not s.get("faces"):
+                continue
+            n = s["faces"]
+            metrics = {
+                "privacy": {
+                    "dlib": {"identification_rate": _metric(s["anonymized_matched"], "anonymized face matched to the original at its place in the photo")}
+                },
+                "guard": {"blurred": {"value": s["guard_blurred"] / n, "n": n, "description": "faces the privacy guard blurred (it still found the person)"}},
+                "recovery": {"dlib": {"recovery_rate": _metric(s["right_key_matched"], "right key, from the saved PNG: same person")}},
+                "wrong_key": {
+                    "dlib": {
+                        "identification_rate": _metric(
+                            s["face_keys_matched"], "wrong keys on the saved PNG: face-keys matched (a refused key leaves the anonymized face)"
+                        ),
+                        "jpeg_copy_identification_rate": _metric(s.get("jpeg_face_keys_matched"), "another key on a JPEG q95 copy: face-keys matched"),
+                    }
+                },
+            }
+            entries.append(
+                {
+                    "method": method_name,
+                    "dataset": {
+                        "name": f"FFHQ-grade W+ (the default): {split} real photos that packages ship, whole photos, privacy guard on",
+                        "num_faces": n,
+                    },
+                    "judges": [dlib],
+                    "command": _own_command(result["command"], method_name),
+                    "metrics": _pruned(metrics),
+                }
+            )
+    return entries
+
+
+def _own_command(command: str, method_name: str) -> str:
+    """Of a results file's commands (several runs joined by `` ; ``), the one that measured ``method_name``."""
+    runs = [c.strip() for c in command.split(" ; ")]
+    for run in runs:
+        words = shlex.split(run)
+        if "--methods" in words[:-1] and method_name in words[words.index("--methods") + 1].split(","):
+            return run
+    return command.strip()
+
+
+def _summary_value(entry: Any) -> dict[str, Any] | None:
+    return _value(entry) if isinstance(entry, Mapping) and "value" in entry else None
+
+
+def default_tier_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``method.json``'s evaluation summary of :func:`default_tier_entries`: per face set, the headline rates."""
+    out: dict[str, Any] = {}
+    for e in entries:
+        m = e["metrics"]
+        name = "generated" if "generator's own faces" in e["dataset"]["name"] else ("real_held_out" if "held-out" in e["dataset"]["name"] else "real_tuning")
+        row = {
+            "judge": "dlib",
+            "data": e["dataset"]["name"],
+            "command": e["command"],
+            "anonymized_same_person": _summary_value(m.get("privacy", {}).get("dlib", {}).get("identification_rate")),
+            "chance_floor_same_person": _summary_value(m.get("privacy", {}).get("dlib", {}).get("chance_floor")),
+            "keys_same_person_pairwise": _summary_value(m.get("diversity", {}).get("dlib", {}).get("pairwise_same_rate")),
+            "recovery_same_person": _summary_value(m.get("recovery", {}).get("dlib", {}).get("recovery_rate")),
+            "recovery_nearest_own": _summary_value(m.get("recovery", {}).get("dlib", {}).get("nearest_own")),
+            "recovery_same_person_from_jpeg90": _summary_value(m.get("robustness", {}).get("jpeg90", {}).get("dlib", {}).get("recovery_rate")),
+            "wrong_key_same_person": _summary_value(m.get("wrong_key", {}).get("dlib", {}).get("identification_rate")),
+            "guard_blurred": _summary_value(m.get("guard", {}).get("blurred")),
+            "face_detected": _summary_value(m.get("utility", {}).get("detection_rate")),
+        }
+        out[name] = {k: v for k, v in row.items() if v is not None}
+    return out
+
+
+def refresh_evaluation(method_name: str, folder: Path) -> dict[str, Any]:
+    """Rewrite ``folder/method.json``'s evaluation summary for the tier the checkpoint runs by default: on W+, the
+    sets of :func:`default_tier_summary` first and the bundle evaluator's 64 px summary under ``dcgan_tier``. Returns
+    the index."""
+    index = json.loads((folder / "method.json").read_text())
+    evaluation = dict(index.get("evaluation") or {})
+    if (index.get("config") or {}).get("latent_space") != "wplus":
+        return index
+    entries = default_tier_entries(method_name)
+    if not entries:
+        return index
+    dcgan = evaluation.get("dcgan_tier") or {k: v for k, v in evaluation.items() if k in ("command", "generated", "real", "photos")}
+    index["evaluation"] = {
+        "tier": "FFHQ-grade W+ (the default)",
+        **default_tier_summary(entries),
+        "dcgan_tier": {"tier": DCGAN_TIER, **{k: v for k, v in dcgan.items() if k != "tier"}},
+    }
+    (folder / "method.json").write_text(json.dumps(index, indent=2, sort_keys=True) + "\n")
+    return index
+
+
 def _rate_cell(r: Mapping[str, Any] | None) -> str:
     """A results file's rate as the cards write it: ``k/n [lo, hi]`` (95% Wilson), ``-`` when not measured."""
     return "-" if r is None else f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
 
 
 def wplus_section(method_name: str) -> list[tuple[str, str]]:
-    """The card's section on the FFHQ-grade W+ latent space (the shipped default), from
-    ``benchmarks/results/wplus_methods.json`` (``benchmarks/wplus_methods.py``) when it holds this method."""
-    path = REPO / "benchmarks" / "results" / "wplus_methods.json"
-    if not path.is_file():
+    """The card's note on the FFHQ-grade W+ tier (the shipped default of the reversible demo methods) and its
+    generator's terms, when :data:`WPLUS_RESULTS` measures this method."""
+    if not any("generator's own faces" in e["dataset"]["name"] for e in default_tier_entries(method_name)):
         return []
-    result = json.loads(path.read_text())
-    rows = [(name, per[method_name], per) for name, per in result.get("sets", {}).items() if method_name in per]
-    if not rows:
-        return []
-
-    lines = [
-        "The keyed transform above runs, by default, on the identity code of the FFHQ-grade generator's W+ "
-        "(`latent_space: wplus`, 256 px; `zoo.nn.wplus_identity`): pose, expression, hair and lighting stay, the "
-        "identity code is edited with the key and the rest of the identity slots is rotated with it. The evaluation "
-        "above is the 64 px DCGAN tier (`ZOO_LATENT_SPACE=dcgan`). On W+, without the privacy guard "
-        f"(`{result['command'].strip()}`; dlib judge at 0.6, rates k/n [95% Wilson]):",
-        "",
-        "| faces | anonymized same person | two keys same | right key, carried code | right key, pixels only | wrong key | yaw change deg |",
-        "|---|---|---|---|---|---|---|",
-    ]
-    for name, r, per in rows:
-        lines.append(
-            f"| {name} ({per['n']}) | {_rate_cell(r['anonymized_same_dlib'])} | {_rate_cell(r['two_keys_same_dlib'])} | {_rate_cell(r['recovered_carried_same_dlib'])} "
-            f"| {_rate_cell(r['recovered_pixels_same_dlib'])} | {_rate_cell(r['wrong_key_same_dlib'])} | {r['yaw_change_deg_median']} |"
-        )
-    lines += [
-        "",
+    text = (
+        "The keyed transform runs, by default, on the identity code of the FFHQ-grade generator's W+ (`latent_space: "
+        "wplus`, 256 px; `zoo.nn.wplus_identity`): pose, expression, hair and lighting stay, the identity code is edited "
+        "with the key and the rest of the identity slots is rotated with it. The evaluations above labelled *FFHQ-grade "
+        f"W+ (the default)* measure it; those labelled *{DCGAN_TIER}* measure the same keyed transform on the small "
+        "generator it was trained with.\n\n"
         "Weights of the generator: MobileStyleGAN from the `random-face` wheel, a distillation of NVIDIA's StyleGAN2-FFHQ "
         "(NVIDIA Source Code License-NC; FFHQ CC BY-NC-SA 4.0): research and non-commercial use. They are converted "
-        "into the user's cache at first use and never redistributed.",
-        "",
-        "Source: `benchmarks/results/wplus_methods.md`.",
-    ]
-    return [("On the FFHQ-grade backbone (the default)", "\n".join(lines))]
+        "into the user's cache at first use and never redistributed."
+    )
+    return [("On the FFHQ-grade backbone (the default)", text)]
 
 
 def appearance_section(method_name: str) -> list[tuple[str, str]]:
@@ -292,30 +468,39 @@ def extra_sections(method_name: str) -> list[tuple[str, str]]:
 
 def recard(method_name: str, folder: str | Path | None = None, results: str | Path | None = None) -> Path:
     """Render a bundled checkpoint's card again from its saved evaluation (``method.json`` and
-    ``benchmarks/results/<method>_demo_cpu.json``), without evaluating again."""
+    ``benchmarks/results/<method>_demo_cpu.json``), without evaluating again; a checkpoint that runs on W+ by
+    default first gets its evaluation summary from the default tier's results files (:func:`refresh_evaluation`)."""
     folder = Path(folder) if folder else REPO / "zoo" / "weights" / method_name
     res = Path(results) if results else REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu.json"
     for need in (folder / "method.json", res):
         if not need.is_file():
             raise FileNotFoundError(f"{need} not found: bundle the checkpoint first (python -m training.bundle --method {method_name} ...)")
-    index = json.loads((folder / "method.json").read_text())
+    index = refresh_evaluation(method_name, folder)
     layout = json.loads(res.read_text())
     if not isinstance(layout, dict) or "results" not in layout:
         raise ValueError(f"{res} was not written by training.bundle (no 'results' list)")
-    words = shlex.split((index.get("evaluation") or {}).get("command") or "")
+    evaluation = index.get("evaluation") or {}
+    words = shlex.split((evaluation.get("dcgan_tier") or evaluation).get("command") or "")
     config = words[words.index("--config") + 1] if "--config" in words[:-1] else None
     return write_card(method_name, folder, layout, index, config)
+
+
+def _dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
+    ds = entry.get("dataset")
+    return dict(ds) if isinstance(ds, Mapping) else {"name": str(ds)}
 
 
 def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index: Mapping[str, Any], config: str | None) -> Path:
     """The checkpoint's model card (``README.md``), rendered by :mod:`hub_cards` from the evaluation."""
     from hub_cards import render_card
 
+    evaluation = index.get("evaluation") or {}
+    bundled = evaluation.get("dcgan_tier") or evaluation  # what the bundle evaluator measured
     training = {
         "weights": index.get("weights_label") or "",
         "recipe": f"training/configs/{Path(config).name}" if config else f"training/configs/{method_name}_demo.yaml",
         "deviations from the paper": "listed, each with the measurement behind it, at the top of the recipe",
-        "evaluation command": (index.get("evaluation") or {}).get("command") or "",
+        "evaluation command": bundled.get("command") or "",
         "licence of these demo weights": "they hold no paper weights and no StyleGAN2 / FFHQ / CelebA data: they were "
         "trained here on faces drawn by the DCGAN of the `gan-face-generate` package (package licence field: "
         "'Copyright (c) 2023, chien liu', no terms stated), so no licence is granted beyond research use; the licence "
@@ -323,10 +508,15 @@ def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index:
     }
     if layout.get("photos"):
         ph = layout["photos"]
-        training["whole photos (dlib at the original face places)"] = "; ".join(
+        where = f", {DCGAN_TIER}" if "dcgan_tier" in evaluation else ""
+        training[f"whole photos (dlib at the original face places{where})"] = "; ".join(
             f"{k.replace('_', ' ')} {v['value']:.3f} (n={v['n']})" for k, v in ph.items() if isinstance(v, Mapping) and "value" in v
         )
-    card = render_card(method_name, eval_json={"results": layout["results"]}, training=training, extra_sections=extra_sections(method_name))
+    results = list(layout["results"])
+    default = default_tier_entries(method_name) if (index.get("config") or {}).get("latent_space") == "wplus" else []
+    if default:  # the shipped default first; the bundle evaluator's 64 px entries after it, labelled
+        results = default + [{**r, "dataset": {**_dataset(r), "name": f"{DCGAN_TIER}: {_dataset(r)['name']}"}} for r in results]
+    card = render_card(method_name, eval_json={"results": results}, training=training, extra_sections=extra_sections(method_name))
     out = Path(folder) / "README.md"
     out.write_text(card)
     return out
@@ -337,7 +527,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--method", required=True)
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--config", help="build from a config (methods whose demo needs no training step)")
-    src.add_argument("--card-only", action="store_true", help="only render the bundled checkpoint's card again from its saved evaluation")
+    src.add_argument(
+        "--card-only", action="store_true", help="only render the bundled checkpoint's card (and, on W+, its evaluation summary) again from saved results"
+    )
     src.add_argument("--checkpoint", help="a trained model folder (training/train.py OUT/model)")
     p.add_argument("--encoder", help="an InversionEncoder folder to use instead of the checkpoint's (demo backbone)")
     p.add_argument("--n", type=int, default=200, help="held-out generated faces to evaluate on")
