@@ -68,3 +68,33 @@ def test_appearance_pose_summary_uses_drawn_faces_with_both_angles():
     assert med["yaw_p50"] == 5.5 and med["pitch_p50"] == 11.0
     assert med["yaw_p90"] == 9.1 and med["pitch_p90"] == 18.2
     assert summarise([row(3.0)])["median"]["pitch_p90"] is None
+
+
+def test_nearest_is_own_ranks_each_recovered_face_against_every_original():
+    from benchmarks.wplus_methods import _nearest_is_own
+
+    judge = SimpleNamespace(distance=lambda a, b: np.linalg.norm(a - b, axis=1))
+    originals = np.array([[0.0, 0.0], [10.0, 0.0], [0.0, 10.0]])
+    recovered = np.array([[1.0, 0.0], [4.0, 0.0], [9.0, 9.5]])  # own, nearer face 0 than its own face 1, own (by 0.25)
+    assert _nearest_is_own(judge, recovered, originals).tolist() == [True, False, True]
+
+
+def test_jpeg_copy_keeps_shape_and_changes_pixels_a_little():
+    from benchmarks.wplus_methods import _jpeg
+
+    rng = np.random.default_rng(0)
+    crops = rng.integers(0, 256, (2, 32, 32, 3), dtype=np.uint8)
+    out = _jpeg(crops, 90)
+    assert out.shape == crops.shape and out.dtype == np.uint8
+    assert 0 < np.abs(out.astype(int) - crops).mean() < 64
+
+
+def test_default_tier_helpers_pick_the_methods_own_run_and_drop_unmeasured_leaves():
+    from training.bundle import _own_command, _pruned
+
+    joined = "python -m benchmarks.wrong_keys --methods dbaf,hford --keys 2 ; python -m benchmarks.wrong_keys --methods personal --keys 2"
+    assert _own_command(joined, "hford") == "python -m benchmarks.wrong_keys --methods dbaf,hford --keys 2"
+    assert _own_command(joined, "personal") == "python -m benchmarks.wrong_keys --methods personal --keys 2"
+    assert _own_command("python -m benchmarks.x", "dbaf") == "python -m benchmarks.x"
+    tree = {"a": {"value": 1.0}, "b": None, "c": {"d": None, "e": {"value": 0.0}}, "f": {"g": None}}
+    assert _pruned(tree) == {"a": {"value": 1.0}, "c": {"e": {"value": 0.0}}}
