@@ -257,50 +257,52 @@ def _markdown(result: dict, args) -> list[str]:
         f"inverted with the W+ encoder + {args.steps} refinement steps. {args.keys} keys per face.",
         "dlib judges at 0.6 (no setting uses it); SFace and FaceRes at the guard's thresholds. Rates k/n [95% Wilson].",
         "The methods themselves on aligned 256 px crops: no privacy guard, no compositing (the whole-photo numbers: wrong_keys.md, appearance.md).",
-        "",
-        "## Privacy",
-        "",
-        "| faces | method | anonymized same (dlib) | (SFace) | (FaceRes) | chance floor (dlib) | keys pairwise same (dlib) | wrong key same (dlib) | (SFace) | (FaceRes) |",
-        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     methods = result["methods"]
-    for set_name, per in result["sets"].items():
-        floor = cell(per["chance_floor_dlib"]) if "chance_floor_dlib" in per else "-"
-        for name in methods:
-            r = per[name]
-            lines.append(
-                f"| {set_name} ({per['n']}) | {name} | {cell(r['anonymized_same_dlib'])} | {cell(r['anonymized_same_sface'])} | {cell(r['anonymized_same_faceres'])} "
-                f"| {floor} | {cell(r['keys_pairwise_same_dlib'])} | {cell(r['wrong_key_same_dlib'])} | {cell(r['wrong_key_same_sface'])} | {cell(r['wrong_key_same_faceres'])} |"
-            )
-    lines += [
-        "",
-        "## Recovery with the right key",
-        "",
-        "| faces | method | carried code: same (dlib) | its own original nearest | PSNR dB (median) | pixels only: same | JPEG q90 pixels: same | s/face anon / recover |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for set_name, per in result["sets"].items():
-        for name in methods:
-            r = per[name]
-            lines.append(
-                f"| {set_name} ({per['n']}) | {name} | {cell(r['recovered_carried_same_dlib'])} | {cell(r['recovered_carried_nearest_own'])} "
-                f"| {r['recovered_carried_psnr_db_median']} | {cell(r['recovered_pixels_same_dlib'])} | {cell(r['recovered_jpeg90_pixels_same_dlib'])} "
-                f"| {r['anonymize_s_per_face']} / {r['recover_s_per_face']} |"
-            )
-    lines += [
-        "",
-        "## What stays (anonymized face against the original)",
-        "",
-        "| faces | method | dlib finds the face | yaw change deg, median (p90) | pitch change deg, median (p90) | PSNR dB in the face mask (median) |",
-        "|---|---|---|---|---|---|",
-    ]
-    for set_name, per in result["sets"].items():
-        for name in methods:
-            r = per[name]
-            lines.append(
-                f"| {set_name} ({per['n']}) | {name} | {cell(r['anonymized_detected_dlib'])} | {r['yaw_change_deg_median']} ({r['yaw_change_deg_p90']}) "
-                f"| {r['pitch_change_deg_median']} ({r['pitch_change_deg_p90']}) | {r['anonymized_psnr_db_median']} |"
-            )
+
+    def section(title: str, header: list[str], cells) -> None:
+        """One table: a row per face set and method, ``cells(row, per_set)`` after the set and method columns."""
+        lines.extend(["", f"## {title}", "", "| faces | method | " + " | ".join(header) + " |", "|---" * (len(header) + 2) + "|"])
+        for set_name, per in result["sets"].items():
+            for name in methods:
+                lines.append(f"| {set_name} ({per['n']}) | {name} | " + " | ".join(cells(per[name], per)) + " |")
+
+    section(
+        "Privacy",
+        ["anonymized same (dlib)", "(SFace)", "(FaceRes)", "chance floor (dlib)", "keys pairwise same (dlib)", "wrong key same (dlib)", "(SFace)", "(FaceRes)"],
+        lambda r, per: [
+            cell(r["anonymized_same_dlib"]),
+            cell(r["anonymized_same_sface"]),
+            cell(r["anonymized_same_faceres"]),
+            cell(per["chance_floor_dlib"]) if "chance_floor_dlib" in per else "-",
+            cell(r["keys_pairwise_same_dlib"]),
+            cell(r["wrong_key_same_dlib"]),
+            cell(r["wrong_key_same_sface"]),
+            cell(r["wrong_key_same_faceres"]),
+        ],
+    )
+    section(
+        "Recovery with the right key",
+        ["carried code: same (dlib)", "its own original nearest", "PSNR dB (median)", "pixels only: same", "JPEG q90 pixels: same", "s/face anon / recover"],
+        lambda r, per: [
+            cell(r["recovered_carried_same_dlib"]),
+            cell(r["recovered_carried_nearest_own"]),
+            str(r["recovered_carried_psnr_db_median"]),
+            cell(r["recovered_pixels_same_dlib"]),
+            cell(r["recovered_jpeg90_pixels_same_dlib"]),
+            f"{r['anonymize_s_per_face']} / {r['recover_s_per_face']}",
+        ],
+    )
+    section(
+        "What stays (anonymized face against the original)",
+        ["dlib finds the face", "yaw change deg, median (p90)", "pitch change deg, median (p90)", "PSNR dB in the face mask (median)"],
+        lambda r, per: [
+            cell(r["anonymized_detected_dlib"]),
+            f"{r['yaw_change_deg_median']} ({r['yaw_change_deg_p90']})",
+            f"{r['pitch_change_deg_median']} ({r['pitch_change_deg_p90']})",
+            str(r["anonymized_psnr_db_median"]),
+        ],
+    )
     lines += [
         "",
         "Reconstruction (the backbone alone, identity unchanged): "
