@@ -140,6 +140,8 @@ def test_list_and_info(capsys):
     for name in ("blur", "pixelate", "noise", "mask"):
         assert any(line.startswith(name + " ") for line in text.splitlines())
     assert "strength=1.0 [0.0..1.0]" in text and "mask_scale=1.3 [1.0..3.0]" in text
+    personal = text[text.index("\npersonal: ") :]
+    assert personal.index("tier: FFHQ-grade W+") < personal.index("  generated: ") < personal.index("  dcgan_tier:\n")
     assert main(["list", "--json"]) == 0
     rows = {r["name"]: r for r in json.loads(capsys.readouterr().out)}
     assert rows["blur"]["weights"] == "none needed" and rows["blur"]["reversible"] == "no"

@@ -25,7 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from training.evaluate import evaluate, load_eval_images, to_markdown
+from training.evaluate import evaluate, load_eval_images, to_markdown, wilson_interval
 
 __all__ = ["summarize", "bundle", "main"]
 
@@ -309,7 +309,14 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
                 "privacy": {
                     "dlib": {"identification_rate": _metric(s["anonymized_matched"], "anonymized face matched to the original at its place in the photo")}
                 },
-                "guard": {"blurred": {"value": s["guard_blurred"] / n, "n": n, "description": "faces the privacy guard blurred (it still found the person)"}},
+                "guard": {
+                    "blurred": {
+                        "value": round(s["guard_blurred"] / n, 4),
+                        "n": n,
+                        "ci95": [round(v, 3) for v in wilson_interval(s["guard_blurred"], n)],
+                        "description": "faces the privacy guard blurred (it still found the person)",
+                    }
+                },
                 "recovery": {"dlib": {"recovery_rate": _metric(s["right_key_matched"], "right key, from the saved PNG: same person")}},
                 "wrong_key": {
                     "dlib": {

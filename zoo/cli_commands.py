@@ -92,17 +92,26 @@ def cmd_list(args: argparse.Namespace) -> int:
         print(f"\n{r[0]}: {r[5]}")
         ev = r[6]
         if isinstance(ev, dict):
-            for data, block in ev.items():
-                if isinstance(block, dict):
-                    print(
-                        f"  {data}: "
-                        + ", ".join(
-                            f"{k} {v['value']:.3g}" + (f" (n={v['n']})" if "n" in v else "") for k, v in block.items() if isinstance(v, dict) and "value" in v
-                        )
-                    )
+            print("\n".join(_evaluation_lines(ev, "  ")))
         elif ev:
             print(f"  {ev}")
     return 0
+
+
+def _evaluation_lines(evaluation: dict, indent: str) -> list[str]:
+    """A checkpoint's stored evaluation summary as text: its tier, then one line of rates per face set; a nested
+    summary (another tier's, e.g. ``dcgan_tier``) indented under its name."""
+    lines = [f"{indent}tier: {evaluation['tier']}"] if isinstance(evaluation.get("tier"), str) else []
+    nested = []
+    for data, block in evaluation.items():
+        if not isinstance(block, dict):
+            continue
+        rates = {k: v for k, v in block.items() if isinstance(v, dict) and "value" in v}
+        if rates:
+            lines.append(f"{indent}{data}: " + ", ".join(f"{k} {v['value']:.3g}" + (f" (n={v['n']})" if "n" in v else "") for k, v in rates.items()))
+        elif any(isinstance(v, dict) for v in block.values()):
+            nested += [f"{indent}{data}:"] + _evaluation_lines(block, indent + "  ")
+    return lines + nested
 
 
 def cmd_info(args: argparse.Namespace) -> int:
