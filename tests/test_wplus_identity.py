@@ -301,3 +301,20 @@ def test_the_wplus_space_takes_its_pose_angles_from_the_config(monkeypatch):
     space.generator_on, space.pose_angles = (lambda device: None), ("yaw", "pitch")
     space.encode(torch.zeros(1, 3, 256, 256), steps=2)
     assert seen == [("yaw", "pitch")] and inv.DEFAULT_POSE_ANGLES == ("yaw",)
+
+
+@pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])
+def test_demo_recipe_ships_the_bundled_tier(name):
+    """The recipe's `bundle` block (training.bundle applies it) sets what the bundled checkpoint runs with: a bundle
+    made from the recipe runs on the same tier as the one shipped."""
+    import json
+    from pathlib import Path
+
+    from training.train import load_config
+
+    root = Path(__file__).resolve().parents[1]
+    cfg = load_config(str(root / "training" / "configs" / f"{name}_demo.yaml"))
+    shipped = json.loads((root / "zoo" / "weights" / name / "method.json").read_text())["config"]
+    assert "bundle" not in shipped
+    for key, value in cfg["bundle"].items():
+        assert shipped[key] == value, key
