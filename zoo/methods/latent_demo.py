@@ -88,7 +88,9 @@ def _checked_space(space: Any) -> str:
 
 
 class LatentDemoMethod(NeuralMethod):
-    """Base of the demo-tier methods: components ``generator`` (packaged DCGAN, config only) and ``encoder``.
+    """Base of the demo-tier methods: components ``generator`` (packaged DCGAN, config only) and ``encoder`` (its
+    inversion encoder), loaded only on the DCGAN tier (:meth:`deferred_components`); subclasses add their keyed
+    transform's network, where it has one.
 
     Subclasses implement :meth:`edit_latent` and :meth:`unedit_latent` (the paper's keyed transform and
     its inverse on a 100-d identity code) and list ``controls`` (ending with :data:`FIT_CONTROLS`).
