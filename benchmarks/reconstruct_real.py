@@ -52,7 +52,7 @@ def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarr
     return [(name, split, i, align_face(rgb, face.landmarks, size).crop) for name, split, rgb in packaged_photos() for i, face in enumerate(detect_faces(rgb))]
 
 
-def _landmarks(crop: np.ndarray, template: np.ndarray) -> np.ndarray | None:
+def aligned_landmarks(crop: np.ndarray, template: np.ndarray) -> np.ndarray | None:
     """dlib's 68 landmarks ``[68,2]`` of an aligned uint8 crop (the template's 5 points place the box), None where dlib fails."""
     try:
         return detect_landmarks68(crop, template)
@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for (name, split, i, crop), d0 in zip(faces, orig_dlib):
         target = to_tensor(crop)
-        lm0 = _landmarks(crop, template)
+        lm0 = aligned_landmarks(crop, template)
         snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             err = (rec.astype(np.float64) - crop)[mask]
             with torch.no_grad():
                 cos = float((sface.embed_aligned(image) * sface.embed_aligned(target)).sum())
-            lm = _landmarks(rec, template)
+            lm = aligned_landmarks(rec, template)
             pose = np.abs(head_pose(lm, rec.shape[:2]) - head_pose(lm0, crop.shape[:2])) if lm is not None and lm0 is not None else np.full(3, np.nan)
             row["by_steps"][s] = {
                 "landmark_px": round(float(np.linalg.norm(lm - lm0, axis=1).mean()), 2) if lm is not None and lm0 is not None else None,

@@ -39,12 +39,12 @@ import cv2
 import numpy as np
 import torch
 
-from benchmarks.reconstruct_real import packaged_faces, rate
+from benchmarks.reconstruct_real import aligned_landmarks, packaged_faces, rate
 from benchmarks.report import command_line, write_results
 from zoo import load
 from zoo.alignment import ffhq_template
 from zoo.carrier import quantize_code
-from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
+from zoo.face3d.landmarks import head_pose
 from zoo.imageio import from_tensor, to_tensor
 from zoo.judges import get_judge
 from zoo.paste import face_mask
@@ -69,13 +69,8 @@ def _generated(g, n: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
 def _pose(crops: np.ndarray) -> np.ndarray:
     """(yaw, pitch) in degrees of each aligned crop ``[N,S,S,3]`` (nan where dlib's landmarks fail)."""
     template = ffhq_template(crops.shape[1])
-    out = []
-    for c in crops:
-        try:
-            out.append(head_pose(detect_landmarks68(c, template), c.shape[:2])[:2])
-        except LandmarkError:
-            out.append(np.full(2, np.nan))
-    return np.array(out)
+    landmarks = [aligned_landmarks(c, template) for c in crops]
+    return np.array([np.full(2, np.nan) if lm is None else head_pose(lm, c.shape[:2])[:2] for c, lm in zip(crops, landmarks)])
 
 
 def _jpeg(crops: np.ndarray, quality: int) -> np.ndarray:

@@ -186,7 +186,8 @@ def bundle(
         from zoo.hub import link_shared
 
         link_shared(dest)
-    index = refresh_evaluation(method_name, dest)
+    default = shipped_tier_entries(method_name, index)
+    index = refresh_evaluation(dest, index, default)
     res = Path(results) if results else REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu"
     res.parent.mkdir(parents=True, exist_ok=True)
     # evaluator entries as a list (the layout hub_cards reads), whole-photo rows beside them
@@ -205,7 +206,7 @@ def bundle(
             )
         ]
     res.with_suffix(".md").write_text("\n\n".join(md) + "\n")
-    write_card(method_name, dest, layout, index, config)
+    write_card(method_name, dest, layout, index, config, default)
     return index["evaluation"]
 
 
@@ -244,7 +245,8 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
     """Evaluator-style entries (:mod:`hub_cards`) of the method as it ships, on the FFHQ-grade W+ tier: the
     generator's own faces from :data:`WPLUS_RESULTS` (``benchmarks/wplus_methods.py``: the keyed transform alone)
     and whole real photos, per split, from :data:`PHOTO_RESULTS` (``benchmarks/wrong_keys.py``: defaults, privacy
-    guard on). [] where neither file holds the method."""
+    guard on); each entry's ``set`` names its faces (``generated``, ``real_held_out``, ``real_tuning``). [] where
+    neither file holds the method."""
     entries: list[dict[str, Any]] = []
     dlib = "dlib (euclidean, threshold 0.6; never used by a method, the guard or a setting)"
     if WPLUS_RESULTS.is_file():
@@ -298,6 +300,7 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
             entries.append(
                 {
                     "method": method_name,
+                    "set": "generated",
                     "dataset": {
                         "name": "FFHQ-grade W+ (the default): the generator's own faces (seeds 5,000,000+, truncation 0.8), the keyed transform alone",
                         "num_images": per["n"],
@@ -340,6 +343,7 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
             entries.append(
                 {
                     "method": method_name,
+                    "set": f"real_{split.replace('-', '_')}",
                     "dataset": {
                         "name": f"FFHQ-grade W+ (the default): {split} real photos that packages ship, whole photos, privacy guard on",
                         "num_faces": n,
@@ -362,7 +366,16 @@ def _own_command(command: str, method_name: str) -> str:
     return command.strip()
 
 
-def _summary_value(entry: Any) -> dict[str, Any] | None:
+def shipped_tier_entries(method_name: str, index: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """:func:`default_tier_entries` for a checkpoint (``method.json`` index) that runs on W+ by default, else []."""
+    return default_tier_entries(method_name) if (index.get("config") or {}).get("latent_space") == "wplus" else []
+
+
+def _summary_value(metrics: Mapping[str, Any], *path: str) -> dict[str, Any] | None:
+    """The metric entry at ``path`` in an entry's nested ``metrics`` as a summary value, None where it is absent."""
+    entry: Any = metrics
+    for key in path:
+        entry = entry.get(key) if isinstance(entry, Mapping) else None
     return _value(entry) if isinstance(entry, Mapping) and "value" in entry else None
 
 
@@ -371,36 +384,31 @@ def default_tier_summary(entries: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for e in entries:
         m = e["metrics"]
-        name = "generated" if "generator's own faces" in e["dataset"]["name"] else ("real_held_out" if "held-out" in e["dataset"]["name"] else "real_tuning")
         row = {
             "judge": "dlib",
             "data": e["dataset"]["name"],
             "command": e["command"],
-            "anonymized_same_person": _summary_value(m.get("privacy", {}).get("dlib", {}).get("identification_rate")),
-            "chance_floor_same_person": _summary_value(m.get("privacy", {}).get("dlib", {}).get("chance_floor")),
-            "keys_same_person_pairwise": _summary_value(m.get("diversity", {}).get("dlib", {}).get("pairwise_same_rate")),
-            "recovery_same_person": _summary_value(m.get("recovery", {}).get("dlib", {}).get("recovery_rate")),
-            "recovery_nearest_own": _summary_value(m.get("recovery", {}).get("dlib", {}).get("nearest_own")),
-            "recovery_same_person_from_jpeg90": _summary_value(m.get("robustness", {}).get("jpeg90", {}).get("dlib", {}).get("recovery_rate")),
-            "wrong_key_same_person": _summary_value(m.get("wrong_key", {}).get("dlib", {}).get("identification_rate")),
-            "guard_blurred": _summary_value(m.get("guard", {}).get("blurred")),
-            "face_detected": _summary_value(m.get("utility", {}).get("detection_rate")),
+            "anonymized_same_person": _summary_value(m, "privacy", "dlib", "identification_rate"),
+            "chance_floor_same_person": _summary_value(m, "privacy", "dlib", "chance_floor"),
+            "keys_same_person_pairwise": _summary_value(m, "diversity", "dlib", "pairwise_same_rate"),
+            "recovery_same_person": _summary_value(m, "recovery", "dlib", "recovery_rate"),
+            "recovery_nearest_own": _summary_value(m, "recovery", "dlib", "nearest_own"),
+            "recovery_same_person_from_jpeg90": _summary_value(m, "robustness", "jpeg90", "dlib", "recovery_rate"),
+            "wrong_key_same_person": _summary_value(m, "wrong_key", "dlib", "identification_rate"),
+            "guard_blurred": _summary_value(m, "guard", "blurred"),
+            "face_detected": _summary_value(m, "utility", "detection_rate"),
         }
-        out[name] = {k: v for k, v in row.items() if v is not None}
+        out[e["set"]] = {k: v for k, v in row.items() if v is not None}
     return out
 
 
-def refresh_evaluation(method_name: str, folder: Path) -> dict[str, Any]:
-    """Rewrite ``folder/method.json``'s evaluation summary for the tier the checkpoint runs by default: on W+, the
-    sets of :func:`default_tier_summary` first and the bundle evaluator's 64 px summary under ``dcgan_tier``. Returns
-    the index."""
-    index = json.loads((folder / "method.json").read_text())
-    evaluation = dict(index.get("evaluation") or {})
-    if (index.get("config") or {}).get("latent_space") != "wplus":
-        return index
-    entries = default_tier_entries(method_name)
+def refresh_evaluation(folder: Path, index: dict[str, Any], entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """``index`` (``folder/method.json``) with its evaluation summary for the tier the checkpoint runs by default,
+    written back: with the W+ tier's ``entries`` (:func:`shipped_tier_entries`), their :func:`default_tier_summary`
+    first and the bundle evaluator's 64 px summary under ``dcgan_tier``; without, unchanged."""
     if not entries:
         return index
+    evaluation = dict(index.get("evaluation") or {})
     dcgan = evaluation.get("dcgan_tier") or {k: v for k, v in evaluation.items() if k in ("command", "generated", "real", "photos")}
     index["evaluation"] = {
         "tier": "FFHQ-grade W+ (the default)",
@@ -416,10 +424,10 @@ def _rate_cell(r: Mapping[str, Any] | None) -> str:
     return "-" if r is None else f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
 
 
-def wplus_section(method_name: str) -> list[tuple[str, str]]:
+def wplus_section(default: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """The card's note on the FFHQ-grade W+ tier (the shipped default of the reversible demo methods) and its
     generator's terms, when :data:`WPLUS_RESULTS` measures this method."""
-    if not any("generator's own faces" in e["dataset"]["name"] for e in default_tier_entries(method_name)):
+    if not any(e["set"] == "generated" for e in default):
         return []
     text = (
         "The keyed transform runs, by default, on the identity code of the FFHQ-grade generator's W+ (`latent_space: "
@@ -469,12 +477,12 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
     return [("Whole photos: privacy, recovery and how the face fits in", "\n".join(lines))]
 
 
-def extra_sections(method_name: str) -> list[tuple[str, str]]:
+def extra_sections(method_name: str, default: list[dict[str, Any]]) -> list[tuple[str, str]]:
     """Further measured tables for the card: whole photos (:func:`appearance_section`), the W+ latent space
-    (:func:`wplus_section`) and
+    (:func:`wplus_section` of the W+ tier's entries ``default``) and
     ``benchmarks/results/<method>_demo_levels.md`` (``personal``'s every privacy level, written by
     ``benchmarks/personal_levels.py``) when they exist."""
-    out = appearance_section(method_name) + wplus_section(method_name)
+    out = appearance_section(method_name) + wplus_section(default)
     path = REPO / "benchmarks" / "results" / f"{method_name}_demo_levels.md"
     if not path.is_file():
         return out
@@ -492,14 +500,16 @@ def recard(method_name: str, folder: str | Path | None = None, results: str | Pa
     for need in (folder / "method.json", res):
         if not need.is_file():
             raise FileNotFoundError(f"{need} not found: bundle the checkpoint first (python -m training.bundle --method {method_name} ...)")
-    index = refresh_evaluation(method_name, folder)
+    index = json.loads((folder / "method.json").read_text())
+    default = shipped_tier_entries(method_name, index)
+    index = refresh_evaluation(folder, index, default)
     layout = json.loads(res.read_text())
     if not isinstance(layout, dict) or "results" not in layout:
         raise ValueError(f"{res} was not written by training.bundle (no 'results' list)")
     evaluation = index.get("evaluation") or {}
     words = shlex.split((evaluation.get("dcgan_tier") or evaluation).get("command") or "")
     config = words[words.index("--config") + 1] if "--config" in words[:-1] else None
-    return write_card(method_name, folder, layout, index, config)
+    return write_card(method_name, folder, layout, index, config, default)
 
 
 def _dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -507,8 +517,9 @@ def _dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
     return dict(ds) if isinstance(ds, Mapping) else {"name": str(ds)}
 
 
-def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index: Mapping[str, Any], config: str | None) -> Path:
-    """The checkpoint's model card (``README.md``), rendered by :mod:`hub_cards` from the evaluation."""
+def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index: Mapping[str, Any], config: str | None, default: list[dict[str, Any]]) -> Path:
+    """The checkpoint's model card (``README.md``), rendered by :mod:`hub_cards` from the evaluation: ``default`` (the
+    W+ tier's entries, :func:`shipped_tier_entries`) first, then the bundle evaluator's ``layout``."""
     from hub_cards import render_card
 
     evaluation = index.get("evaluation") or {}
@@ -530,10 +541,9 @@ def write_card(method_name: str, folder: Path, layout: Mapping[str, Any], index:
             f"{k.replace('_', ' ')} {v['value']:.3f} (n={v['n']})" for k, v in ph.items() if isinstance(v, Mapping) and "value" in v
         )
     results = list(layout["results"])
-    default = default_tier_entries(method_name) if (index.get("config") or {}).get("latent_space") == "wplus" else []
     if default:  # the shipped default first; the bundle evaluator's 64 px entries after it, labelled
         results = default + [{**r, "dataset": {**_dataset(r), "name": f"{DCGAN_TIER}: {_dataset(r)['name']}"}} for r in results]
-    card = render_card(method_name, eval_json={"results": results}, training=training, extra_sections=extra_sections(method_name))
+    card = render_card(method_name, eval_json={"results": results}, training=training, extra_sections=extra_sections(method_name, default))
     out = Path(folder) / "README.md"
     out.write_text(card)
     return out

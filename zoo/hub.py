@@ -190,11 +190,9 @@ def load_components(
         raise ValueError(f"{repo_or_dir} holds a {index.get('method')!r} checkpoint, not {expected_method!r}")
     components: dict[str, HubModule] = {}
     skipped = set(skip(index.get("config", {}))) if skip is not None else set()
-    for name, qualname in index["components"].items():
-        if name in skipped:
-            continue
-        cls = _import_qualname(qualname)
-        components[name] = cls.from_pretrained(str(component_dir(folder, name)))
+    for name in index["components"]:
+        if name not in skipped:
+            components[name] = _load_component(folder, index, name)
     extra_file = folder / "extra.safetensors"
     extra = load_file(str(extra_file)) if extra_file.is_file() else {}
     return index.get("config", {}), components, extra
@@ -205,6 +203,11 @@ def load_component(folder: str | os.PathLike, name: str) -> HubModule:
     index = json.loads((Path(folder) / METHOD_INDEX).read_text())
     if name not in index.get("components", {}):
         raise KeyError(f"{folder} has no component {name!r}")
+    return _load_component(folder, index, name)
+
+
+def _load_component(folder: str | os.PathLike, index: Mapping[str, Any], name: str) -> HubModule:
+    """Component ``name`` of the checkpoint in ``folder`` whose ``method.json`` is ``index``."""
     return _import_qualname(index["components"][name]).from_pretrained(str(component_dir(folder, name)))
 
 
