@@ -239,3 +239,24 @@ def test_report_says_which_mask_each_face_got(astronaut):
         if r.status == "processed" and eye < face_mesh.MIN_MESH_EYE_DISTANCE:
             assert r.composite["mask"] == "5-point"
     assert any(r.composite and r.composite["mask"] == "5-point" for r in res.faces)
+
+
+def test_a_wider_reach_replaces_more_of_the_surroundings(astronaut):
+    """``reach`` (the privacy guard's strengthening) replaces a region that holds the default one and reaches past it
+    on every side; the report says how far; a small face never gets less than its own reach."""
+    rgb, face = astronaut
+    al = align_face(rgb, face.landmarks, 256)
+    white = np.full((256, 256, 3), 255, np.uint8)
+    black = np.zeros_like(rgb)
+    (default, info), (wide, wide_info) = (compositing.composite_face(black, rgb, white, al.matrix, face.landmarks, reach=r) for r in (None, 0.15))
+    assert info.as_dict()["reach"] == compositing.MASK_GROW and wide_info.as_dict()["reach"] == 0.15
+    default, wide = default.max(2) > 0, wide.max(2) > 0
+    assert np.all(wide[default]) and wide.sum() > 1.2 * default.sum()
+    ys, xs = np.nonzero(wide)
+    yd, xd = np.nonzero(default)
+    assert xs.min() < xd.min() and xs.max() > xd.max() and ys.min() < yd.min() and ys.max() > yd.max()
+    small = face.landmarks * 0.4
+    assert compositing.region_reach(small, 0.05) == compositing.SMALL_FACE_GROW
+    assert compositing.region_reach(small, 0.3) == 0.3 and compositing.region_reach(face.landmarks, 0.05) == 0.05
+    with pytest.raises(ValueError, match="reach"):
+        compositing.region_reach(face.landmarks, -0.1)

@@ -401,3 +401,98 @@ def test_sface_judge_without_opencvs_dnn_gives_opencvs_embeddings(astronaut, t1_
         a, b = cv2_judge.embed_photo_faces(rgb, faces), torch_judge.embed_photo_faces(rgb, faces)
         assert len(faces) >= 1 and a.shape == b.shape
         assert (cv2_judge.score(a, b) > 0.9999).all()
+
+
+class _FakePipeline:
+    """What :func:`zoo.guard.protect` needs of a pipeline, for a keyless method without key variants."""
+
+    class method:
+        guard_variants = 0
+        guard_wrong_keys = 1
+        guard_wrong_key_check = False
+        reversible = False
+        uses_key = False
+
+
+def test_guard_strengthens_the_compositing_before_it_blurs():
+    """A face still recognized at the default compositing is measured again at each wider reach; the first reach
+    at which neither recognizer matches it is kept (not blurred); a face recognized at every reach is blurred."""
+    from zoo.guard import STRONGER_REACHES, guard_for, protect
+
+    g = guard_for()
+    near, far = (g.floor - 0.1, g.faceres_floor - 0.1), (g.floor + 0.1, g.faceres_floor + 0.1)
+    calls = []
+
+    def distances(candidate, which, reach=None):
+        calls.append(dict(reach or {}))
+        # face 0: recognized until the second wider reach; face 1: recognized at every reach; face 2: far at once
+        r = reach or {}
+        return {i: (far if i == 2 or (i == 0 and r.get(i, 0) >= STRONGER_REACHES[1]) else near) for i in which}
+
+    crops = np.zeros((3, 8, 8, 3), np.uint8)
+    outs, _, _, checks = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0, STRONGER_REACHES)
+    assert len(outs) == 3
+    assert checks[0].reach == STRONGER_REACHES[1] and not checks[0].blurred and checks[0].as_dict()["reach"] == STRONGER_REACHES[1]
+    assert checks[1].reach is None and checks[1].blurred and checks[1].blur_reason == "face" and "reach" not in checks[1].as_dict()
+    assert checks[2].reach is None and not checks[2].blurred
+    assert calls[0] == {} and calls[1] == {0: STRONGER_REACHES[0], 1: STRONGER_REACHES[0]} and calls[2] == {0: STRONGER_REACHES[1], 1: STRONGER_REACHES[1]}
+    # without reaches (aligned crops: nothing around the face) the guard blurs as before
+    _, _, _, plain = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0)
+    assert plain[0].blurred and plain[1].blurred and not plain[2].blurred
+
+
+class _FakeVariantPipeline(_FakePipeline):
+    """As :class:`_FakePipeline`, with one key variant whose output is filled with 1 (the plain key's with 0)."""
+
+    class method(_FakePipeline.method):
+        guard_variants = 1
+
+        @staticmethod
+        def guard_variant(keys, controls, number):
+            return keys, controls
+
+    def keys_for(self, operation, secret, indices):
+        return [None] * len(indices)
+
+    def process_isolated(self, operation, crops, keys, controls):
+        return [np.ones_like(c) for c in crops], [None] * len(crops), [None] * len(crops)
+
+
+def test_guard_strengthens_every_variant_it_drew():
+    """At a wider reach the guard also tries the key variants it drew but did not keep: a variant recognized at the
+    default region but not at the first wider reach is kept there, with its own output."""
+    from zoo.guard import STRONGER_REACHES, guard_for, protect
+
+    g = guard_for()
+    near, far = (g.floor - 0.1, g.faceres_floor - 0.1), (g.floor + 0.1, g.faceres_floor + 0.1)
+
+    def distances(candidate, which, reach=None):
+        # the plain key's face (0s) is recognized everywhere; variant 1's (1s) is nearer at the default region (so
+        # the variant loop keeps the plain key) and far once the region is wider
+        return {i: (far if reach and candidate[i].max() == 1 else (near[0] - 0.05, near[1] - 0.05) if candidate[i].max() == 1 else near) for i in which}
+
+    crops = np.zeros((2, 8, 8, 3), np.uint8)
+    _, _, kept, _ = protect(_FakeVariantPipeline(), g, crops, [0, 1], None, {}, list(crops), [None] * 2, distances, None)
+    assert kept == [0, 0]  # without reaches: the plain key is the better of the two (both blurred)
+    outs, _, variants, checks = protect(_FakeVariantPipeline(), g, crops, [0, 1], None, {}, list(crops), [None] * 2, distances, None, STRONGER_REACHES)
+    assert variants == [1, 1] and all(c.reach == STRONGER_REACHES[0] and not c.blurred and c.tried == 2 for c in checks)
+    assert all(o.max() == 1 for o in outs)
+
+
+def test_the_photo_is_composited_with_the_reach_the_guard_chose(astronaut, monkeypatch):
+    """The face record's compositing reach is the one the guard kept (zoo.pipeline passes it to the compositing)."""
+    from zoo import pipeline
+    from zoo.guard import GuardCheck
+
+    def widened(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
+        return outs, latents, [0] * len(outs), [GuardCheck(0.9, 0.9, reach=0.15) for _ in outs]
+
+    class Drawn(_OtherPerson):
+        draws_new_face = True  # composited like the generative methods
+
+    monkeypatch.setattr(pipeline.DeidPipeline, "_guard_faces", widened)
+    (face,) = Drawn().anonymize(astronaut).faces
+    assert face.status == "processed" and face.guard["reach"] == 0.15 and face.composite["reach"] == 0.15
+    monkeypatch.undo()
+    (face,) = Drawn().anonymize(astronaut).faces
+    assert face.composite["reach"] == 0.02 and "reach" not in face.guard

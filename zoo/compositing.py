@@ -7,7 +7,8 @@ each face). Each step is a small function:
    mesh (:mod:`zoo.face_mesh`) with a feathered edge that stays close to it, and fully replaced on the
    original's eyes, brows and lips, so that none of them stays visible beside the new face. A face too small for the mesh, or a machine without
    the mesh model, gets the 5-point superellipse of :func:`zoo.paste.face_mask` (``mask="5-point"``). On a small
-   face (:func:`is_small_face`) either region also covers the outline and hairline.
+   face (:func:`is_small_face`) either region also covers the outline and hairline, and the privacy guard widens
+   the mesh region of a face that stays recognizable (``reach``, :func:`region_reach`; :mod:`zoo.guard`).
 2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
    (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays).
 3. :func:`match_sharpness` - the new face blurred, or given grain and sharpened, until its Laplacian variance
@@ -71,11 +72,13 @@ class CompositeInfo:
     sharpness: str  # "kept", "blurred (sigma=..)", "grain (sigma=..)" and/or "unsharp (amount=..)"
     blend: str  # "feather" or "poisson"
     small_face: bool = False  # the region also covers the outline and hairline (:func:`is_small_face`)
+    reach: float = MASK_GROW  # how far the region reaches beyond the mesh hull (fraction of the face size)
 
     def as_dict(self) -> dict:
         return {
             "mask": self.mask,
             "small_face": self.small_face,
+            "reach": round(self.reach, 3),
             "colour_shift": round(self.colour_shift, 2),
             "sharpness": self.sharpness,
             "blend": self.blend,
@@ -113,19 +116,28 @@ def is_small_face(landmarks5: np.ndarray) -> bool:
     return bool(np.hypot(*(lm[1] - lm[0])) < SMALL_FACE_EYE_DISTANCE)
 
 
-def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray) -> tuple[np.ndarray | None, str]:
+def region_reach(landmarks5: np.ndarray, reach: float | None = None) -> float:
+    """How far (fraction of the face size) the replaced region reaches beyond the face mesh's hull: ``reach``
+    (default :data:`MASK_GROW`), at least :data:`SMALL_FACE_GROW` on a small face (:func:`is_small_face`)."""
+    grow = MASK_GROW if reach is None else float(reach)
+    if not 0.0 <= grow <= 1.0:
+        raise ValueError(f"a compositing reach is a fraction of the face size in [0, 1], got {reach!r}")
+    return max(grow, SMALL_FACE_GROW) if is_small_face(landmarks5) else grow
+
+
+def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray, reach: float | None = None) -> tuple[np.ndarray | None, str]:
     """The region to replace in photo coordinates: (float32 [H, W] mask, "mesh"); or (None, "5-point") when the
     mesh cannot run (the caller then uses :func:`zoo.paste.face_mask`).
 
     The hull of the original face's mesh, feathered over :data:`MASK_FEATHER` of the face size and reaching
-    :data:`MASK_GROW` beyond it (:data:`SMALL_FACE_GROW` on a small face, :func:`is_small_face`), and 1 on its
-    eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the original's features stays visible, while the
-    photo around the face keeps its pixels."""
+    :func:`region_reach` beyond it (:data:`MASK_GROW` unless ``reach`` says more; the privacy guard asks for more
+    where a face stays recognizable), and 1 on its eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the
+    original's features stays visible, while the photo around the face keeps its pixels."""
     original = face_mesh(rgb, landmarks5)
     if original is None:
         return None, "5-point"
     size = face_size(original)
-    grow = SMALL_FACE_GROW if is_small_face(landmarks5) else MASK_GROW
+    grow = region_reach(landmarks5, reach)
     ramp = hull_mask(rgb.shape[:2], [original], grow * size, MASK_FEATHER * size)
     return np.maximum(ramp, feature_mask(rgb.shape[:2], original, FEATURE_MARGIN * size)), "mesh"
 
@@ -282,11 +294,14 @@ def composite_face(
     landmarks5: np.ndarray,
     blend_mode: str = "feather",
     seed: int = 0,
+    reach: float | None = None,
 ) -> tuple[np.ndarray, CompositeInfo]:
     """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in.
 
     ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
-    ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo.
+    ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo; ``reach``:
+    how far beyond the mesh hull the new face replaces the photo (:func:`region_reach`; the 5-point fallback
+    mask does not use it).
     Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
     """
     from .paste import face_mask, paste_back
@@ -306,7 +321,7 @@ def composite_face(
     warped = paste_back(np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1].copy(), crop, _shifted(matrix, x0, y0), mask=full_mask)
     ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
     lm_roi = lm - [x0, y0]
-    mask, kind = face_region_mask(ref, lm_roi)
+    mask, kind = face_region_mask(ref, lm_roi, reach)
     small = is_small_face(lm)
     if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
         scale = SMALL_FACE_MASK_SCALE if small else 1.0
@@ -319,7 +334,7 @@ def composite_face(
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
     out[y0:y1, x0:x1] = blend(out[y0:y1, x0:x1], textured, mask, blend_mode)
-    return out, CompositeInfo(kind, shift, sharp, blend_mode, small)
+    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
 
 
 def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:

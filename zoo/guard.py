@@ -21,7 +21,13 @@ The rule:
   keys (``DeidMethod.guard_wrong_keys`` in all), and the nearest recovery counts: one wrong key is one sample of
   what an attacker gets. The variant's number rides in the face's carrier block (:mod:`zoo.carrier`), so recovery
   from the saved image uses the same variant;
-* the kept face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
+* the kept face, or its wrong-key recovery, still recognized by either (below): the guard *strengthens* the
+  compositing instead of blurring at once. The new face then reaches further beyond the face mesh's hull
+  (:data:`STRONGER_REACHES`, fractions of the face size; :func:`zoo.compositing.region_reach`), over the
+  original's outline, cheeks and hairline, which carry much of what a recognizer sees in the photo; the first
+  reach at which neither recognizer matches the face nor its wrong-key recovery is kept (photos only: an aligned
+  crop has no surroundings);
+* the face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
   published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
   of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). Its
   carried code still rides, sealed with the face's key (:mod:`zoo.carrier`), so the right key recovers the face from
@@ -40,7 +46,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "FACERES_TARGET", "FACERES_FLOOR", "guard_for", "protect", "wrong_key_probe"]
+__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "FACERES_TARGET", "FACERES_FLOOR", "STRONGER_REACHES", "guard_for", "protect", "wrong_key_probe"]
 
 #: SFace cosine distance the guard retries key variants to reach (SFace's same-person threshold: 0.637)
 DEFAULT_TARGET = 0.85
@@ -51,6 +57,12 @@ FACERES_TARGET = 0.5803
 #: the judge's same-person threshold (:data:`zoo.judges.FACERES_THRESHOLD`, 1%): a kept face must be farther from the
 #: person than 95% of strangers are from each other.
 FACERES_FLOOR = 0.6168
+#: compositing reaches (fraction of the face size beyond the mesh hull; the default is
+#: :data:`zoo.compositing.MASK_GROW`, 0.02) the guard tries, in order, on a face still recognized after every key
+#: variant, before it blurs. On 9 tuning faces x 2 keys of ``dbaf`` (SFace / FaceRes only), face-keys at a blur
+#: line: 6 of 18 at 0.02, 2 at 0.10, 1 at 0.15 (``docs/privacy_guard.md``). A wider region shows more of the drawn
+#: face's own hairline, so only faces that would otherwise be blurred get it.
+STRONGER_REACHES = (0.10, 0.15)
 
 
 @dataclass
@@ -64,6 +76,8 @@ class GuardCheck:
     tried: int = 1  # variants tried
     blurred: bool = False  # still recognized after every variant: the face was hard-blurred
     blur_reason: str | None = None  # "face" (the anonymized face) or "wrong_key" (its wrong-key recovery) was recognized
+    #: compositing reach the face was measured (and is composited) with; None = the default (zoo.compositing.MASK_GROW)
+    reach: float | None = None
     #: reversible keyed methods: the same two distances for the kept output recovered with stand-in wrong keys, the
     #: nearest of ``wrong_keys_probed`` keys for each recognizer (never shown; :func:`wrong_key_probe`)
     wrong_key_distance: float | None = None
@@ -129,6 +143,8 @@ class GuardCheck:
         }
         if self.blur_reason is not None:
             out["blur_reason"] = self.blur_reason
+        if self.reach is not None:
+            out["reach"] = round(float(self.reach), 3)
         if self.wrong_key_distance is not None:
             out["wrong_key_distance"] = round(float(self.wrong_key_distance), 4)
         if self.wrong_key_faceres_distance is not None:
@@ -187,8 +203,9 @@ def guard_for(target: float | None = None) -> PrivacyGuard:
     return _GUARDS[target]
 
 
-#: ``distances(candidate_outs, face_ids) -> {id: (SFace, FaceRes cosine distance)}`` of each candidate output to its original
-Distances = Callable[[list, list[int]], dict[int, tuple[float, float]]]
+#: ``distances(candidate_outs, face_ids[, reach]) -> {id: (SFace, FaceRes cosine distance)}`` of each candidate output
+#: to its original; ``reach`` ({id: compositing reach}) is passed only by :func:`protect` with ``reaches`` (photos)
+Distances = Callable[..., dict[int, tuple[float, float]]]
 
 
 def protect(
@@ -202,6 +219,7 @@ def protect(
     latents: list,
     distances: Distances,
     n_variants: int | None = None,
+    reaches: Sequence[float] = (),
 ):
     """The guard's rule (module docstring) for one batch of faces of ``pipeline.method`` (:class:`~zoo.pipeline.DeidPipeline` around a :class:`~zoo.methods.base.DeidMethod`),
     whatever the distance is taken on (aligned crops, or faces at their place in the composed photo).
@@ -210,14 +228,17 @@ def protect(
     ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
     again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
     best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred (their codes still ride:
-    the carrier's key check refuses a wrong key). Returns (outs, latents, variants, checks)."""
+    the carrier's key check refuses a wrong key). Before that, a face still recognized is measured again at each
+    compositing reach of ``reaches`` in turn, every variant drawn for it (``distances(candidate, which, reach={face:
+    reach})`` composes it so), and keeps the first (reach, variant) at which neither the face nor its wrong-key
+    recoveries are recognized (:attr:`GuardCheck.reach`). Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
     n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
     probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
 
-    def checked(candidate: list, candidate_latents: list, which: list[int], number: int) -> dict[int, GuardCheck]:
-        dist = distances(candidate, which)
-        wrong = probe(candidate, candidate_latents, list(dist), number) if probe is not None else {}
+    def checked(candidate: list, candidate_latents: list, which: list[int], number: int, reach: dict[int, float] | None = None) -> dict[int, GuardCheck]:
+        dist = distances(candidate, which, reach) if reach else distances(candidate, which)
+        wrong = probe(candidate, candidate_latents, list(dist), number, 0, reach) if probe is not None else {}
         return {
             i: GuardCheck(
                 d[0],
@@ -234,6 +255,7 @@ def protect(
     got = checked(outs, latents, live, 0)
     checks: list = [got.get(i) for i in range(len(outs))]
     variants = [0] * len(outs)
+    drawn: dict[int, dict[int, tuple]] = {i: {0: (outs[i], latents[i])} for i in live}  # face -> variant -> (out, code)
     failing = [i for i in live if not checks[i].passes(guard)]
     for number in range(1, n_variants + 1):
         if not failing:
@@ -244,6 +266,7 @@ def protect(
         for pos, i in enumerate(failing):
             if o[pos] is not None:
                 trial[i], trial_latents[i] = o[pos], lat[pos]
+                drawn[i][number] = (o[pos], lat[pos])
         got = checked(trial, trial_latents, [i for pos, i in enumerate(failing) if o[pos] is not None], number)
         for pos, i in enumerate(failing):
             tried = checks[i].tried + 1
@@ -251,12 +274,37 @@ def protect(
                 outs[i], latents[i], variants[i], checks[i] = o[pos], lat[pos], number, got[i]
             checks[i].tried = tried
         failing = [i for i in failing if not checks[i].passes(guard)]
-    if probe is not None:  # the kept faces against more stand-in wrong keys: the nearest recovery counts
-        for number in range(1, int(pipeline.method.guard_wrong_keys)):
-            for variant in sorted({variants[i] for i in live}):
-                which = [i for i in live if variants[i] == variant]
-                for i, (d, df) in probe(outs, latents, which, variant, number).items():
-                    checks[i].add_wrong_key(d, df)
+    wrong_keys = int(pipeline.method.guard_wrong_keys)
+
+    def probe_more(candidate: list, candidate_latents: list, found: dict[int, GuardCheck], reach: dict[int, float] | None = None) -> None:
+        """The faces of ``found`` (each at its check's variant) against more stand-in wrong keys: the nearest counts."""
+        if probe is None:
+            return
+        for number in range(1, wrong_keys):
+            for variant in sorted({c.variant for c in found.values()}):
+                which = [i for i, c in found.items() if c.variant == variant]
+                for i, (d, df) in probe(candidate, candidate_latents, which, variant, number, reach).items():
+                    found[i].add_wrong_key(d, df)
+
+    probe_more(outs, latents, {i: checks[i] for i in live})
+    recognized = [i for i in live if checks[i].recognized(guard)]
+    for r in reaches:  # strengthen: each variant drawn, over more of the original's surroundings
+        for number in range(n_variants + 1):
+            which = [i for i in recognized if number in drawn[i]]
+            if not which:
+                continue
+            trial, trial_latents = list(outs), list(latents)
+            for i in which:
+                trial[i], trial_latents[i] = drawn[i][number]
+            wider = {i: float(r) for i in which}
+            got = checked(trial, trial_latents, which, number, wider)
+            probe_more(trial, trial_latents, got, wider)
+            for i, check in got.items():
+                if not check.recognized(guard):
+                    check.tried, check.reach = checks[i].tried, float(r)
+                    outs[i], latents[i] = drawn[i][number]
+                    variants[i], checks[i] = number, check
+            recognized = [i for i in recognized if checks[i].recognized(guard)]
     for i in live:
         checks[i].blurred = checks[i].recognized(guard)
         if checks[i].blurred:
@@ -280,7 +328,9 @@ def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Di
     if not (pipeline.method.guard_wrong_key_check and pipeline.method.reversible and pipeline.method.uses_key):
         return None
 
-    def probe(candidate: list, candidate_latents: list, which: list[int], number: int, wrong_number: int = 0) -> dict[int, tuple[float, float]]:
+    def probe(
+        candidate: list, candidate_latents: list, which: list[int], number: int, wrong_number: int = 0, reach: dict[int, float] | None = None
+    ) -> dict[int, tuple[float, float]]:
         if not which:
             return {}
         wrong = [k.wrong_key(wrong_number) for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in which])]
@@ -289,6 +339,7 @@ def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Di
         recovered = list(candidate)
         for i, r in zip(which, rec):
             recovered[i] = r
-        return distances(recovered, [i for i, r in zip(which, rec) if r is not None])
+        done = [i for i, r in zip(which, rec) if r is not None]
+        return distances(recovered, done, reach) if reach else distances(recovered, done)
 
     return probe

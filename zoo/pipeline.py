@@ -143,7 +143,7 @@ class DeidPipeline:
         live = [i for i in range(len(outs)) if outs[i] is not None]
         originals = dict(zip(live, guard.crop_embeddings(crops[live]))) if live else {}
 
-        def distances(candidate: list, which: list[int]) -> dict[int, tuple[float, float]]:
+        def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, float]]:
             if not which:
                 return {}
             d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
@@ -227,7 +227,13 @@ class DeidPipeline:
             done = [j for j in range(n) if errors[j] not in REFUSED]  # a face recovery refuses stays as it was
             got: list = []
             canvas = compose(
-                rgb, [fr_faces[j] for j in done], [aligned_faces[j].matrix for j in done], [outs[j] for j in done], got, self.method.draws_new_face
+                rgb,
+                [fr_faces[j] for j in done],
+                [aligned_faces[j].matrix for j in done],
+                [outs[j] for j in done],
+                got,
+                self.method.draws_new_face,
+                [checks[j].reach if checks[j] is not None else None for j in done],
             )
             for j, info in zip(done, got):
                 infos[j] = info
@@ -302,28 +308,34 @@ class DeidPipeline:
         """The privacy guard over the faces of frames: :func:`zoo.guard.protect` with the two recognizers' distances of
         each output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
         alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
-        from .guard import protect
+        from .guard import STRONGER_REACHES, protect
 
         by_frame: dict[int, list[int]] = {}
         for i, (f, _) in enumerate(flat):
             by_frame.setdefault(f, []).append(i)
         originals = {f: guard.photo_embeddings(place[ids[0]][0], [place[i][1] for i in ids]) for f, ids in by_frame.items()}
 
-        def distances(candidate: list, which: list[int]) -> dict[int, tuple[float, float]]:
+        def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, float]]:
             got = {}
             for f, ids in by_frame.items():
                 wanted = [i for i in ids if i in which]
                 if not wanted:
                     continue
                 canvas = compose(
-                    place[ids[0]][0], [place[i][1] for i in ids], [place[i][2] for i in ids], [candidate[i] for i in ids], composite=self.method.draws_new_face
+                    place[ids[0]][0],
+                    [place[i][1] for i in ids],
+                    [place[i][2] for i in ids],
+                    [candidate[i] for i in ids],
+                    composite=self.method.draws_new_face,
+                    reaches=[(reach or {}).get(i) for i in ids],
                 )
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
                 got.update({i: (float(x[0]), float(x[1])) for i, x in zip(wanted, d)})
             return got
 
-        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, n_variants)
+        reaches = STRONGER_REACHES if self.method.draws_new_face else ()
+        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, n_variants, reaches)
 
     def _frame_in_photo(
         self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None
@@ -484,15 +496,18 @@ def compose(
     outs: Sequence[np.ndarray | None],
     infos: list | None = None,
     composite: bool = True,
+    reaches: Sequence[float | None] | None = None,
 ) -> np.ndarray:
     """A copy of uint8 ``rgb`` with every output crop put back: composited (``composite``:
     :func:`zoo.compositing.composite_face`, mesh mask, colour, grain, blend) or pasted through the 5-point mask;
     a face without output is blurred. ``infos``, when given, receives one
-    :class:`zoo.compositing.CompositeInfo` (or None) per face."""
+    :class:`zoo.compositing.CompositeInfo` (or None) per face; ``reaches``: each face's compositing reach (None:
+    the default; :func:`zoo.compositing.region_reach`)."""
     from . import compositing, paste
 
     canvas = np.array(rgb, dtype=np.uint8, copy=True)
-    for face, matrix, out in zip(faces, matrices, outs):
+    reaches = [None] * len(faces) if reaches is None else list(reaches)
+    for face, matrix, out, reach in zip(faces, matrices, outs, reaches):
         info = None
         if out is None:
             canvas = paste.blur_face(canvas, face)
@@ -500,7 +515,7 @@ def compose(
             canvas = paste.paste_back(canvas, out, matrix)
         else:
             try:
-                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks)
+                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks, reach=reach)
             except (cv2.error, ValueError, np.linalg.LinAlgError) as e:  # the plain paste still replaces the face
                 log.warning("compositing failed (%s); pasting the face with the 5-point mask", e)
                 canvas = paste.paste_back(canvas, out, matrix)
