@@ -177,7 +177,7 @@ class DeidPipeline:
         ``controls`` must be validated (:meth:`validate_controls`). ``guard`` (anonymize): a
         :class:`~zoo.guard.PrivacyGuard` that checks every output face, or None; ``guard_variants``: how many
         key variants it may try (default :attr:`guard_variants`; a video passes 0 so that a track keeps
-        one identity, and a face the guard rejects is blurred in that frame). Every face of every frame
+        one identity, and a face the guard rejects is drawn over a wider region, or blurred, in that frame). Every face of every frame
         goes through the method in one batch (in chunks of :attr:`max_batch`); a face that fails is
         hard-blurred (fail closed). Returns one ``(canvas, records)`` per frame: the processed copy and
         one :class:`FaceRecord` per face.

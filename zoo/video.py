@@ -406,7 +406,7 @@ def _run_video(method, operation, src_path, out_path, key, lossless, max_gap, ba
                     extra = len(fs) - len(row)
                     rows[k] = list(row) + [TrackedFace(f, i, "carrier") for f, i in zip(fs[len(row) :], idx[len(row) :])] if extra > 0 else row
             # the privacy guard checks every face of every frame; no key variants (a track keeps one fake
-            # identity), so a face SFace still matches is blurred in that frame
+            # identity), so a face still matched is drawn over a wider region, or blurred, in that frame
             results = pipeline.process_frames(operation, frames, faces, indices, secret, controls, carried, guard=guard, guard_variants=0)
             for k, ((canvas, records), (_, pts)) in enumerate(zip(results, buf)):
                 writer.write(canvas, pts)
