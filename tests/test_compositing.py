@@ -76,6 +76,7 @@ def test_small_face_region_reaches_over_the_outline(astronaut, monkeypatch, mesh
         out, info = compositing.composite_face(black, small, white, al.matrix, lm)
         assert info.mask == ("mesh" if mesh else "5-point")
         assert info.as_dict()["small_face"] == compositing.is_small_face(lm)
+        assert info.as_dict()["reach"] == (compositing.region_reach(lm) if mesh else None)  # the 5-point mask has no reach
         return out.max(2) > 0
 
     as_small = replaced()

@@ -72,13 +72,13 @@ class CompositeInfo:
     sharpness: str  # "kept", "blurred (sigma=..)", "grain (sigma=..)" and/or "unsharp (amount=..)"
     blend: str  # "feather" or "poisson"
     small_face: bool = False  # the region also covers the outline and hairline (:func:`is_small_face`)
-    reach: float = MASK_GROW  # how far the region reaches beyond the mesh hull (fraction of the face size)
+    reach: float | None = None  # how far the mesh region reaches beyond its hull (fraction of the face size); None: 5-point
 
     def as_dict(self) -> dict:
         return {
             "mask": self.mask,
             "small_face": self.small_face,
-            "reach": round(self.reach, 3),
+            "reach": None if self.reach is None else round(self.reach, 3),
             "colour_shift": round(self.colour_shift, 2),
             "sharpness": self.sharpness,
             "blend": self.blend,
@@ -334,7 +334,7 @@ def composite_face(
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
     out[y0:y1, x0:x1] = blend(out[y0:y1, x0:x1], textured, mask, blend_mode)
-    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
+    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach) if kind == "mesh" else None)
 
 
 def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:

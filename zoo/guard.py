@@ -203,9 +203,9 @@ def guard_for(target: float | None = None) -> PrivacyGuard:
     return _GUARDS[target]
 
 
-#: ``distances(candidate_outs, face_ids[, reach]) -> {id: (SFace, FaceRes cosine distance)}`` of each candidate output
-#: to its original; ``reach`` ({id: compositing reach}) is passed only by :func:`protect` with ``reaches`` (photos)
-Distances = Callable[..., dict[int, tuple[float, float]]]
+#: ``distances(candidate_outs, face_ids, reach) -> {id: (SFace, FaceRes cosine distance)}`` of each candidate output
+#: to its original; ``reach``: {id: compositing reach} for the faces :func:`protect` measures wider, else None
+Distances = Callable[[list, list[int], "dict[int, float] | None"], dict[int, tuple[float, float]]]
 
 
 def protect(
@@ -237,7 +237,7 @@ def protect(
     probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
 
     def checked(candidate: list, candidate_latents: list, which: list[int], number: int, reach: dict[int, float] | None = None) -> dict[int, GuardCheck]:
-        dist = distances(candidate, which, reach) if reach else distances(candidate, which)
+        dist = distances(candidate, which, reach)
         wrong = probe(candidate, candidate_latents, list(dist), number, 0, reach) if probe is not None else {}
         return {
             i: GuardCheck(
@@ -339,7 +339,6 @@ def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Di
         recovered = list(candidate)
         for i, r in zip(which, rec):
             recovered[i] = r
-        done = [i for i, r in zip(which, rec) if r is not None]
-        return distances(recovered, done, reach) if reach else distances(recovered, done)
+        return distances(recovered, [i for i, r in zip(which, rec) if r is not None], reach)
 
     return probe
