@@ -442,6 +442,11 @@ def wplus_section(default: list[dict[str, Any]]) -> list[tuple[str, str]]:
     return [("On the FFHQ-grade backbone (the default)", text)]
 
 
+def _photos_of(per_method: dict, split: str) -> list[str]:
+    """The photos of an appearance results entry's face rows in ``split``, in the order they were run."""
+    return list(dict.fromkeys(r["photo"] for r in per_method.get("faces", []) if r["split"] == split))
+
+
 def appearance_section(method_name: str) -> list[tuple[str, str]]:
     """The card's section on whole photos at the defaults (privacy guard and compositing on), from
     ``benchmarks/results/appearance.json`` (``python -m benchmarks.appearance``) when it holds this method."""
@@ -455,8 +460,8 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
 
     lines = [
         "Whole real photos at the defaults (privacy guard and compositing on), judged by dlib at each face's place "
-        f"(`{result['command'].strip()}`; tuning = insightface's t1.jpg and face_recognition's biden, held-out = the other "
-        "real photos that packages ship, benchmarks/real_photos.py; "
+        f"(`{result['command'].strip()}`; tuning = {', '.join(_photos_of(per, 'tuning'))}, held-out = "
+        f"{', '.join(_photos_of(per, 'held-out'))}: real photos that packages ship, benchmarks/real_photos.py; "
         "rates k/n [95% Wilson] over every face, medians over the faces the method drew (not blurred by the guard); "
         "dE: CIE76 colour difference output vs original):",
         "",
