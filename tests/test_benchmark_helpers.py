@@ -96,5 +96,10 @@ def test_default_tier_helpers_pick_the_methods_own_run_and_drop_unmeasured_leave
     assert _own_command(joined, "hford") == "python -m benchmarks.wrong_keys --methods dbaf,hford --keys 2"
     assert _own_command(joined, "personal") == "python -m benchmarks.wrong_keys --methods personal --keys 2"
     assert _own_command("python -m benchmarks.x", "dbaf") == "python -m benchmarks.x"
+    rerun = joined + " ; python -m benchmarks.wrong_keys --methods personal,ifadit --add --photos t1"
+    assert _own_command(rerun, "personal") == (
+        "python -m benchmarks.wrong_keys --methods personal --keys 2 ; python -m benchmarks.wrong_keys --methods personal,ifadit --add --photos t1"
+    )
+    assert _own_command(rerun, "hford") == "python -m benchmarks.wrong_keys --methods dbaf,hford --keys 2"
     tree = {"a": {"value": 1.0}, "b": None, "c": {"d": None, "e": {"value": 0.0}}, "f": {"g": None}}
     assert _pruned(tree) == {"a": {"value": 1.0}, "c": {"e": {"value": 0.0}}}

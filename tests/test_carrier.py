@@ -247,3 +247,54 @@ def test_a_small_face_carries_its_block_and_a_copy_without_it_recovers_nothing(p
     for key in ("042917", "111111"):
         rec = personal.recover(jpeg, key=key, refine_steps=0)
         assert rec.faces and {f.status for f in rec.faces} == {"no_code"} and np.array_equal(np.asarray(rec), jpeg)
+
+
+def test_the_region_reach_rides_in_the_block():
+    """The compositing reach the privacy guard kept rides in the block (whole percent; None = the default region);
+    a reach outside [0, 1] is refused before a pixel is written."""
+    rng = np.random.default_rng(4)
+    for reach in (None, 0.1, 0.15, 1.0):
+        img = np.zeros((200, 200, 3), np.uint8)
+        assert carrier.embed(img, replace(_block(rng), reach=reach), (100, 100))
+        (found,) = carrier.extract_all(img)
+        assert found.reach == reach and found.version == carrier.VERSION
+    img = np.zeros((200, 200, 3), np.uint8)
+    with pytest.raises(ValueError, match="reach"):
+        carrier.embed(img, replace(_block(rng), reach=1.5), (100, 100))
+    assert not img.any()
+
+
+def test_recovery_composites_over_the_region_the_anonymized_face_took(personal, monkeypatch):
+    """A face the guard drew over a wider region is recovered over that region too (its block names the reach, and
+    the pipeline hands it to the compositing), so no band of the anonymized face stays around the recovered one; a
+    face at the default region is recovered there."""
+    from zoo import compositing, pipeline
+    from zoo.assets import example_images
+    from zoo.guard import GuardCheck
+    from zoo.imageio import load_image
+
+    rgb, _ = load_image(example_images()["astronaut"])
+
+    def widened(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
+        return outs, latents, [0] * len(outs), [GuardCheck(0.9, 0.9, reach=0.15) for _ in outs]
+
+    monkeypatch.setattr(pipeline.DeidPipeline, "_guard_faces", widened)
+    anon = personal.anonymize(rgb, key="042917", refine_steps=0)
+    monkeypatch.undo()
+    (block,) = carrier.extract_all(np.asarray(anon), tag=carrier.method_tag("personal"))
+    assert block.reach == 0.15
+    reaches = []
+    real = compositing.composite_face
+
+    def recorded(*args, reach=None, **kwargs):
+        reaches.append(reach)
+        return real(*args, reach=reach, **kwargs)
+
+    monkeypatch.setattr(compositing, "composite_face", recorded)
+    (back,) = personal.recover(np.asarray(anon), key="042917", refine_steps=0).faces
+    assert back.status == "processed" and reaches == [0.15]
+    monkeypatch.undo()
+    plain = personal.anonymize(rgb, key="042917", refine_steps=0, privacy_guard=False)
+    monkeypatch.setattr(compositing, "composite_face", recorded)
+    (back,) = personal.recover(np.asarray(plain), key="042917", refine_steps=0).faces
+    assert back.status == "processed" and reaches == [0.15, None]

@@ -261,3 +261,42 @@ def test_a_wider_reach_replaces_more_of_the_surroundings(astronaut):
     assert compositing.region_reach(small, 0.3) == 0.3 and compositing.region_reach(face.landmarks, 0.05) == 0.05
     with pytest.raises(ValueError, match="reach"):
         compositing.region_reach(face.landmarks, -0.1)
+
+
+def test_zone_colour_matching_keeps_face_and_band_each_at_home():
+    """A widened region spans a face and a differently coloured band around it: matched in two zones, each zone's
+    mean colour lands near the reference's there (one set of statistics leaves both off), and the two zones are
+    joined along the core's feathered edge."""
+    size = 96
+    yy, xx = np.mgrid[:size, :size]
+    core_hard = (np.abs(yy - 48) < 24) & (np.abs(xx - 48) < 24)
+    inner = cv2.GaussianBlur(core_hard.astype(np.float32), (0, 0), 2.0)
+    inner = np.where(core_hard & (cv2.erode(core_hard.astype(np.uint8), np.ones((9, 9), np.uint8)) > 0), 1.0, inner * (inner > 0.02))
+    mask = np.ones((size, size), bool)
+    new = np.where(core_hard[..., None], _patch((120, 110, 100), 6, size, 1), _patch((60, 60, 70), 6, size, 2))
+    ref = np.where(core_hard[..., None], _patch((210, 160, 130), 6, size, 3), _patch((140, 120, 60), 6, size, 4))
+    zones = compositing.match_colour_zones(new, ref, mask, inner)
+    one = compositing.match_colour(new, ref, mask)
+    core, band = inner >= 0.999, inner <= 1e-3
+    for zone in (core, band):
+        target = compositing.mean_lab(ref, zone)
+        assert compositing.delta_e(compositing.mean_lab(zones, zone), target) < 3.0
+        assert compositing.delta_e(compositing.mean_lab(one, zone), target) > 5.0
+    assert zones.dtype == np.uint8 and zones.shape == new.shape
+    # no band: one zone, as match_colour
+    assert np.array_equal(compositing.match_colour_zones(new, ref, core, inner), compositing.match_colour(new, ref, core))
+
+
+def test_a_widened_region_keeps_the_skin_colour_of_face_and_surroundings(astronaut):
+    """At the privacy guard's widest reach the face and the skin ring just outside the default region keep the
+    original's colour (each matched in its own zone) when the new face is colour-shifted."""
+    rgb, face = astronaut
+    al = align_face(rgb, face.landmarks, 256)
+    green = np.clip(al.crop.astype(int) + [-60, 40, -60], 0, 255).astype(np.uint8)
+    out, _ = compositing.composite_face(rgb, rgb, green, al.matrix, face.landmarks, reach=0.15)
+    wide, default, _ = compositing.face_region_masks(rgb, face.landmarks, 0.15)
+    assert default is not wide and np.all(wide >= default - 1e-6)
+    core, band = default >= 0.999, (wide >= 0.999) & (default <= 1e-3)
+    assert band.sum() > 500
+    for zone in (core, band):
+        assert compositing.delta_e(compositing.mean_lab(out, zone), compositing.mean_lab(rgb, zone)) < 6

@@ -357,13 +357,16 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
 
 
 def _own_command(command: str, method_name: str) -> str:
-    """Of a results file's commands (several runs joined by `` ; ``), the one that measured ``method_name``."""
+    """Of a results file's commands (several runs joined by `` ; ``), the ones that measured ``method_name``, in
+    order and joined the same way (a later ``--add`` run replaced some of the first run's photos); the whole
+    command where no run names its methods."""
     runs = [c.strip() for c in command.split(" ; ")]
+    own = []
     for run in runs:
         words = shlex.split(run)
         if "--methods" in words[:-1] and method_name in words[words.index("--methods") + 1].split(","):
-            return run
-    return command.strip()
+            own.append(run)
+    return " ; ".join(own) if own else command.strip()
 
 
 def shipped_tier_entries(method_name: str, index: Mapping[str, Any]) -> list[dict[str, Any]]:

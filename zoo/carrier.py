@@ -16,7 +16,7 @@ Its top-left :data:`BLOCK_WIDTH` x :data:`BLOCK_ROWS` pixels hold the head::
     magic b"ZoOL" | version u8 | method tag u16 | face index u16 | block origin x, y u32
     | face box (4) + 5 landmarks (10) float32, image pixels | n u16 | latent n x float16
     | guard variant u8 | block width, height u16 | code rows, cols u16 | code crc32 | key check u16
-    | sealed u8 | latent crc32 | crc32
+    | sealed u8 | latent crc32 | region reach u8 | crc32
 
 and the rest of the rectangle, row by row, the code (version 3, when rows > 0): per row a float16 centre and
 scale, then every value as a 4-bit step of scale (``(q - 8) * scale``, q in 1..15: +-7 steps cover
@@ -40,7 +40,11 @@ sealed bytes, so a damaged block is told without a key.
 
 Version 6 has the layout of version 5; the W+ methods' codes in it rotate the deviations of W+ slots 2-18 with the
 key (:data:`zoo.nn.wplus_identity.DEVIATION_SLOTS`), those of earlier blocks slots 4-18, and each block is recovered
-with its own (``values()["block_version"]``).
+with its own (``values()["block_version"]``). The region reach (version 7) is how far beyond the face mesh's hull the
+anonymized face was composited (:func:`zoo.compositing.region_reach`; stored as 1 + whole percent of the face size,
+0 = the default region): the privacy guard widens the region of a face that stays recognizable, and recovery
+composites the recovered face over the same region, so no band of the anonymized face stays around it. It is not
+sealed: the photo shows the region anyway.
 
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
 save (JPEG), a resize or an edit destroys it, and recovery then leaves the face as it is (status ``no_code``,
@@ -71,8 +75,8 @@ __all__ = [
 ]
 
 MAGIC = b"ZoOL"
-VERSION = 6
-_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6)
+VERSION = 7
+_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
@@ -80,7 +84,9 @@ _CODE_HEAD = struct.Struct("<HHHHI")  # version 3: block width, height, code row
 _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
 _KEY_CHECK = struct.Struct("<H")  # version 4: 1 + the key check byte (0: no check)
 _SEAL = struct.Struct("<BI")  # version 5: sealed (0/1), crc32 of the latent's bytes (sealed with them)
-BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + 1 + _CODE_HEAD.size + _KEY_CHECK.size + _SEAL.size + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
+_REACH = struct.Struct("<B")  # version 7: 1 + the region reach in whole percent of the face size (0: the default region)
+_TAIL_SIZE = 1 + _CODE_HEAD.size + _KEY_CHECK.size + _SEAL.size + _REACH.size  # after the latent, before the crc32
+BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + _TAIL_SIZE + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
 #: a code row's 4-bit steps span +-CODE_SIGMAS of its standard deviations (values beyond are clipped)
 CODE_SIGMAS = 4.0
 _CODE_LEVELS = 7  # q - 8 in -7..7
@@ -138,7 +144,8 @@ class CarriedLatent:
     (zeros for an aligned crop); ``origin`` is where the block starts; ``latent`` float32 ``[n]`` (n <= 100; None in a
     sealed block until it is :meth:`opened`);
     ``code`` float32 ``[rows, cols]`` or None (module docstring); ``variant``: the privacy guard's key variant
-    for this face (0-255, 0 = the plain key)."""
+    for this face (0-255, 0 = the plain key); ``reach``: how far beyond the mesh hull the face was composited
+    (fraction of the face size, whole percent; None: the default region)."""
 
     tag: int
     index: int
@@ -160,6 +167,8 @@ class CarriedLatent:
     key: Any = field(default=None, repr=False, compare=False)
     #: the format version the block was read from (:data:`VERSION` for a block being written)
     version: int = VERSION
+    #: how far beyond the face mesh's hull the anonymized face was composited (None: the default region)
+    reach: float | None = None
 
     def key_matches(self, key) -> bool:
         """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check and opens its
@@ -231,6 +240,9 @@ class CarriedLatent:
             raise ValueError(f"a key check is one byte, got {self.key_check}")
         body += _KEY_CHECK.pack(0 if self.key_check is None else 1 + int(self.key_check))
         body += _SEAL.pack(int(self.key is not None), struct.unpack("<I", latent[-4:])[0])
+        if self.reach is not None and not 0.0 <= float(self.reach) <= 1.0:
+            raise ValueError(f"a region reach is a fraction of the face size in [0, 1], got {self.reach}")
+        body += _REACH.pack(0 if self.reach is None else 1 + int(round(100 * float(self.reach))))
         return body + struct.pack("<I", zlib.crc32(body)), payload
 
     def shifted(self, dx: float, dy: float) -> "CarriedLatent":
@@ -327,10 +339,15 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         return None
     lat_end = _HEAD.size + 2 * n
     end = lat_end + (1 if version >= 2 else 0) + (_CODE_HEAD.size if version >= 3 else 0) + (_KEY_CHECK.size if version >= 4 else 0)
+    seal_at = end
     end += _SEAL.size if version >= 5 else 0
+    reach_at = end
+    end += _REACH.size if version >= 7 else 0
     if end + 4 > len(data) or struct.unpack_from("<I", data, end)[0] != zlib.crc32(data[:end]):
         return None
-    sealed, latent_crc = _SEAL.unpack_from(data, end - _SEAL.size) if version >= 5 else (0, None)
+    sealed, latent_crc = _SEAL.unpack_from(data, seal_at) if version >= 5 else (0, None)
+    (stored_reach,) = _REACH.unpack_from(data, reach_at) if version >= 7 else (0,)
+    reach = (stored_reach - 1) / 100.0 if 0 < stored_reach <= 101 else None
     raw_latent = data[_HEAD.size : lat_end]
     if not sealed and latent_crc is not None and zlib.crc32(raw_latent) != latent_crc:
         return None
@@ -370,6 +387,7 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         sealed_latent,
         sealed_code,
         version=int(version),
+        reach=reach,
     )
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 

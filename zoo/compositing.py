@@ -10,7 +10,9 @@ each face). Each step is a small function:
    face (:func:`is_small_face`) either region also covers the outline and hairline, and the privacy guard widens
    the mesh region of a face that stays recognizable (``reach``, :func:`region_reach`; :mod:`zoo.guard`).
 2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
-   (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays).
+   (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays); a region
+   the guard widened is matched in two zones, the default region and the band beyond it
+   (:func:`match_colour_zones`).
 3. :func:`match_sharpness` - the new face blurred, or given grain and sharpened, until its Laplacian variance
    matches the original face's (a large render is area-downsampled first, :func:`zoo.paste.paste_back`).
 4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
@@ -133,13 +135,26 @@ def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray, reach: float | Non
     :func:`region_reach` beyond it (:data:`MASK_GROW` unless ``reach`` says more; the privacy guard asks for more
     where a face stays recognizable), and 1 on its eyes, brows and lips plus :data:`FEATURE_MARGIN`: none of the
     original's features stays visible, while the photo around the face keeps its pixels."""
+    mask, _, kind = face_region_masks(rgb, landmarks5, reach)
+    return mask, kind
+
+
+def face_region_masks(rgb: np.ndarray, landmarks5: np.ndarray, reach: float | None = None) -> tuple[np.ndarray | None, np.ndarray | None, str]:
+    """(region, default region, kind): :func:`face_region_mask` at ``reach`` and at the default reach (float32
+    [H, W] each, from one run of the mesh; the same array where ``reach`` reaches no further), or (None, None,
+    "5-point")."""
     original = face_mesh(rgb, landmarks5)
     if original is None:
-        return None, "5-point"
+        return None, None, "5-point"
     size = face_size(original)
-    grow = region_reach(landmarks5, reach)
-    ramp = hull_mask(rgb.shape[:2], [original], grow * size, MASK_FEATHER * size)
-    return np.maximum(ramp, feature_mask(rgb.shape[:2], original, FEATURE_MARGIN * size)), "mesh"
+    features = feature_mask(rgb.shape[:2], original, FEATURE_MARGIN * size)
+
+    def region(grow: float) -> np.ndarray:
+        return np.maximum(hull_mask(rgb.shape[:2], [original], grow * size, MASK_FEATHER * size), features)
+
+    grow, default = region_reach(landmarks5, reach), region_reach(landmarks5)
+    mask = region(grow)
+    return mask, (region(default) if grow > default else mask), "mesh"
 
 
 def face_size(points: np.ndarray) -> float:
@@ -191,6 +206,23 @@ def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np
     moved = (lab_new - mu_n) * ratio + mu_r
     moved[..., 0] = np.clip(moved[..., 0], 0, 100)
     return _rgb(moved)
+
+
+def match_colour_zones(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, inner: np.ndarray) -> np.ndarray:
+    """:func:`match_colour` in two zones: the core (``inner``, float [H, W] in [0, 1], a feathered region inside
+    ``mask``) moved to the reference's statistics there, the band of ``mask`` (weights or bool) beyond the core to
+    the band's, joined along the core's feathered edge. A region widened past the face (the privacy guard's wider
+    reach) spans skin, hairline and background: one set of statistics over all of it leaves the face and the skin
+    just outside it off colour. Falls back to one zone where the band has under 16 pixels."""
+    inner = np.asarray(inner, dtype=np.float32)
+    band = (np.asarray(mask, dtype=np.float64) > 0) & (inner <= 1e-3)
+    core = inner >= 0.999
+    if band.sum() < 16 or core.sum() < 16:
+        return match_colour(new, reference, mask)
+    a = match_colour(new, reference, core).astype(np.float32)
+    b = match_colour(new, reference, band).astype(np.float32)
+    w = inner[..., None]
+    return np.clip(np.rint(w * a + (1.0 - w) * b), 0, 255).astype(np.uint8)
 
 
 # ====================================================================== 3. sharpness and grain
@@ -321,7 +353,7 @@ def composite_face(
     warped = paste_back(np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1].copy(), crop, _shifted(matrix, x0, y0), mask=full_mask)
     ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
     lm_roi = lm - [x0, y0]
-    mask, kind = face_region_mask(ref, lm_roi, reach)
+    mask, default_region, kind = face_region_masks(ref, lm_roi, reach)
     small = is_small_face(lm)
     if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
         scale = SMALL_FACE_MASK_SCALE if small else 1.0
@@ -329,7 +361,10 @@ def composite_face(
     stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
     if stats_mask.sum() < 16:
         stats_mask = mask > 0
-    coloured = match_colour(warped, ref, stats_mask)
+    if default_region is not None and default_region is not mask:  # a widened region: face and band matched apart
+        coloured = match_colour_zones(warped, ref, stats_mask, default_region)
+    else:
+        coloured = match_colour(warped, ref, stats_mask)
     shift = delta_e(mean_lab(warped, stats_mask), mean_lab(coloured, stats_mask))
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)

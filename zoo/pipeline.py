@@ -233,7 +233,7 @@ class DeidPipeline:
                 [outs[j] for j in done],
                 got,
                 self.method.draws_new_face,
-                [checks[j].reach if checks[j] is not None else None for j in done],
+                [_region_reach(operation, checks[j], fr_carried[j]) for j in done],
             )
             for j, info in zip(done, got):
                 infos[j] = info
@@ -251,7 +251,8 @@ class DeidPipeline:
                         face, out, lat = fr_faces[j], outs[j], latents[j]
                         flags[j] = False
                         if out is not None and lat is not None:
-                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j])
+                            reach = checks[j].reach if checks[j] is not None else None
+                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j], reach)
                             flags[j] = carrier.embed(canvas, block, face.center, taken)
                 elif carries:
                     flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
@@ -470,10 +471,20 @@ def face_status(error: str | None, blurred: bool) -> str:
     return "guard_blur" if blurred else "processed"
 
 
-def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: int, key) -> Any:
+def _region_reach(operation: str, check: Any, carried: Any) -> float | None:
+    """The compositing reach of one face (:func:`zoo.compositing.region_reach`; None: the default region): the one
+    the privacy guard kept (anonymize), or the one the face's carried block names (recover), so that the recovered
+    face covers all of the anonymized one."""
+    if check is not None:
+        return check.reach
+    return getattr(carried, "reach", None) if operation == "recover" else None
+
+
+def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: int, key, reach: float | None = None) -> Any:
     """The :class:`~zoo.carrier.CarriedLatent` of one anonymized face: what the method carries (``carried``:
     {"latent", optional "code"}), its place (``box`` [4], ``landmarks`` [5, 2], image pixels), the guard's key
-    ``variant`` and the check byte of the face's ``key``, sealed with that key (None: no key, no check, no seal)."""
+    ``variant`` and the check byte of the face's ``key``, sealed with that key (None: no key, no check, no seal), and
+    the compositing ``reach`` the guard kept (None: the default region)."""
     from .carrier import CarriedLatent
 
     return CarriedLatent(
@@ -486,6 +497,7 @@ def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: 
         code=carried.get("code"),
         key_check=key.carrier_check(variant) if key is not None else None,
         key=key,
+        reach=reach,
     )
 
 
