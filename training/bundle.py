@@ -463,7 +463,7 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
 
     lines = [
         "Whole real photos at the defaults (privacy guard and compositing on), judged by dlib at each face's place "
-        f"(`{result['command'].strip()}`; tuning = {', '.join(_photos_of(per, 'tuning'))}, held-out = "
+        f"(`{_own_command(result['command'], method_name)}`; tuning = {', '.join(_photos_of(per, 'tuning'))}, held-out = "
         f"{', '.join(_photos_of(per, 'held-out'))}: real photos that packages ship, benchmarks/real_photos.py; "
         "rates k/n [95% Wilson] over every face, medians over the faces the method drew (not blurred by the guard); "
         "dE: CIE76 colour difference output vs original):",
