@@ -225,6 +225,7 @@ class DeidPipeline:
             pos += n
             infos: list = [None] * n
             done = [j for j in range(n) if errors[j] not in REFUSED]  # a face recovery refuses stays as it was
+            reaches = [_region_reach(operation, checks[j], fr_carried[j]) for j in range(n)]
             got: list = []
             canvas = compose(
                 rgb,
@@ -233,7 +234,7 @@ class DeidPipeline:
                 [outs[j] for j in done],
                 got,
                 self.method.draws_new_face,
-                [_region_reach(operation, checks[j], fr_carried[j]) for j in done],
+                [reaches[j] for j in done],
             )
             for j, info in zip(done, got):
                 infos[j] = info
@@ -251,8 +252,7 @@ class DeidPipeline:
                         face, out, lat = fr_faces[j], outs[j], latents[j]
                         flags[j] = False
                         if out is not None and lat is not None:
-                            reach = checks[j].reach if checks[j] is not None else None
-                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j], reach)
+                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j], reaches[j])
                             flags[j] = carrier.embed(canvas, block, face.center, taken)
                 elif carries:
                     flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
