@@ -3,7 +3,7 @@
     python -m benchmarks.mobilestylegan_speed                      # 2 threads, batch 1 and 8, every size and path
     python -m benchmarks.mobilestylegan_speed --sizes 256 --paths eager,openvino --repeat 3
 
-Per output size (256, 512, 1024) and batch: ``forward`` (synthesis of a W+ [B,23,512] under inference mode) and
+Per output size (256, 512, 1024; ``256d``: the 256 px draft that the inversion's steps draw) and batch: ``forward`` (synthesis of a W+ [B,23,512] under inference mode) and
 ``forward+backward`` (the gradient with respect to W+ of the image's mean square, what an inversion step costs).
 Paths: ``eager`` (PyTorch as written), ``channels_last`` (the activations in NHWC), ``compile``
 (``torch.compile``; forward only), ``openvino`` (our port converted by ``openvino.convert_model`` with a W+ input;
@@ -40,15 +40,15 @@ def _time(fn: Callable[[], torch.Tensor], repeat: int) -> tuple[list[float], tor
     return times, out
 
 
-def _forward_path(model, path: str, size: int, wplus: torch.Tensor) -> Callable[[], torch.Tensor]:
+def _forward_path(model, path: str, size: int, wplus: torch.Tensor, draft: bool = False) -> Callable[[], torch.Tensor]:
     synth = model.synthesis
     if path == "eager":
-        return lambda: _no_grad(lambda: synth(wplus, size))
+        return lambda: _no_grad(lambda: synth(wplus, size, draft=draft))
     if path == "channels_last":
         cl = _channels_last_copy(model).synthesis
-        return lambda: _no_grad(lambda: cl(wplus, size).contiguous())
+        return lambda: _no_grad(lambda: cl(wplus, size, draft=draft).contiguous())
     if path == "compile":
-        fn = torch.compile(lambda w: synth(w, size))
+        fn = torch.compile(lambda w: synth(w, size, draft=draft))
         return lambda: _no_grad(lambda: fn(wplus))
     if path == "openvino":
         import openvino as ov
@@ -59,7 +59,7 @@ def _forward_path(model, path: str, size: int, wplus: torch.Tensor) -> Callable[
                 self.synthesis = synth
 
             def forward(self, w):
-                return self.synthesis(w, size)
+                return self.synthesis(w, size, draft=draft)
 
         # traced without the sanity check: the cached Haar mixing matrix is a constant the checker reads as a change
         traced = torch.jit.trace(Wrapped().eval(), wplus, check_trace=False)
@@ -84,12 +84,12 @@ def _channels_last_copy(model):
     return _CL[id(model)]
 
 
-def _backward_fn(model, path: str, size: int, wplus: torch.Tensor) -> Callable[[], torch.Tensor]:
+def _backward_fn(model, path: str, size: int, wplus: torch.Tensor, draft: bool = False) -> Callable[[], torch.Tensor]:
     synth = (model if path == "eager" else _channels_last_copy(model)).synthesis
 
     def step() -> torch.Tensor:
         w = wplus.clone().requires_grad_(True)
-        synth(w, size).square().mean().backward()
+        synth(w, size, draft=draft).square().mean().backward()
         return w.grad
 
     return step
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--batches", default="1,8")
-    p.add_argument("--sizes", default="256,512,1024")
+    p.add_argument("--sizes", default="256,256d,512,1024", help="output sizes; 256d: the 256 px draft")
     p.add_argument("--paths", default="eager,channels_last,compile,openvino")
     p.add_argument("--repeat", type=int, default=5)
     p.add_argument("--out", type=Path, default=OUT)
@@ -107,15 +107,16 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     model = load_mobilestylegan()
     rows = []
-    for size in map(int, args.sizes.split(",")):
+    for spec in args.sizes.split(","):
+        size, draft = int(spec.rstrip("d")), spec.endswith("d")
         for batch in map(int, args.batches.split(",")):
             g = torch.Generator().manual_seed(batch * 1000 + size)
             wplus = model.truncate(model.mapping(torch.randn(batch, NUM_SLOTS, 512, generator=g).flatten(0, 1)).view(batch, NUM_SLOTS, 512), 0.7).detach()
             eager_img = None
             for path in args.paths.split(","):
-                row = {"size": size, "batch": batch, "path": path}
+                row = {"size": f"{size} draft" if draft else size, "batch": batch, "path": path}
                 try:
-                    times, img = _time(_forward_path(model, path, size, wplus), args.repeat)
+                    times, img = _time(_forward_path(model, path, size, wplus, draft), args.repeat)
                 except Exception as err:  # noqa: BLE001 - a path that cannot run here is recorded, the others go on
                     rows.append(row | {"error": f"{type(err).__name__}: {str(err).splitlines()[0][:160]}"})
                     print(rows[-1], flush=True)
@@ -124,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
                 row["forward_s_per_face"] = [round(min(times) / batch, 4), round(statistics.median(times) / batch, 4), round(max(times) / batch, 4)]
                 row["max_abs_diff_from_eager"] = 0.0 if eager_img is None or path == "eager" else float((img - eager_img).abs().max())
                 if path in ("eager", "channels_last"):
-                    times_b, _ = _time(_backward_fn(model, path, size, wplus), max(2, args.repeat // 2))
+                    times_b, _ = _time(_backward_fn(model, path, size, wplus, draft), max(2, args.repeat // 2))
                     row["forward_backward_s_per_face"] = [
                         round(min(times_b) / batch, 4),
                         round(statistics.median(times_b) / batch, 4),

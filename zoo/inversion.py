@@ -2,7 +2,8 @@
 
 :func:`encode_wplus` gives the trained W+ encoder's estimate (:mod:`zoo.nn.wplus_encoder`) in one pass, with its
 pose slots turned to the head's yaw as the face mesh measures it (:func:`pose_corrected`).
-:func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px image matches FFHQ-aligned crops: Adam
+:func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px image matches FFHQ-aligned crops (in the
+loop its draft image, ``synthesis(..., draft=True)``, at about half the cost; the result is drawn in full): Adam
 on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
 images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
 ``prior_weight`` x mean squared distance to the start code. :func:`reconstruct_photo` runs it on every face of a
@@ -130,7 +131,7 @@ def refine_wplus(
         losses, kept = [], {}
         for step in range(1, int(steps) + 1):
             opt.zero_grad(set_to_none=True)
-            image = g.synthesis(w, ALIGN_SIZE)
+            image = g.synthesis(w, ALIGN_SIZE, draft=True)
             loss = reconstruction_loss(image, target)
             if identity is not None:
                 loss = loss + identity_weight * (1.0 - (identity.embed_aligned(image) * target_id).sum(1))

@@ -17,10 +17,13 @@ Networks (one style dimension D = 512):
   transform give the 1024 px image.
 * W+ slots (:data:`SLOT_NAMES`): 0 conv1 (4 px); 1+3k, 2+3k, 3+3k: ``up``, ``conv1``, ``conv2`` of block k
   (resolution ``8 * 2**k``); 22 ``to_img``.
-* 256 and 512 px output: the packaged export dropped the intermediate image heads, so :class:`ToImage` heads
+* 256 and 512 px output: the packaged export dropped the intermediate image heads, so :class:`ImageHead` heads
   trained here (``training/mobilestylegan_heads.py``, shipped in ``zoo/weights/mobilestylegan/heads``) draw
-  the image from block 4's (128 px) or block 5's (256 px) features. They take the ``to_img`` slot's style. A
-  256 px image costs blocks 0-4 only.
+  the image from block 5's (256 px) features: 512 px, and 256 px as that image area-downsampled by 2 (the low
+  band of its wavelets, computed directly). Blocks 6 and 7 never run. ``draft=True`` draws 256 px from block 4's
+  128 px features with the second head: about half the cost, further from the full network (29.6 against 34.7 dB,
+  ``benchmarks/results/mobilestylegan_heads.md``); optimization loops use it, a face that is shown never is.
+  Both heads take the ``to_img`` slot's style.
 
 Images are float NCHW RGB in about [-1, 1]. Licence of the weights: distilled from NVIDIA's StyleGAN2-FFHQ
 (NVIDIA Source Code License-NC), trained on FFHQ (CC BY-NC-SA 4.0): research and non-commercial use only.
@@ -59,6 +62,7 @@ __all__ = [
     "SLOT_NAMES",
     "SLOT_RESOLUTIONS",
     "SIZES",
+    "DRAFT_SIZE",
     "WEIGHTS_LICENCE",
     "MissingGeneratorError",
     "generator_info",
@@ -72,9 +76,11 @@ NUM_SLOTS = 2 + 3 * NUM_BLOCKS  # 23
 SLOT_NAMES = ("conv1",) + tuple(f"layers.{k}.{part}" for k in range(NUM_BLOCKS) for part in ("up", "conv1", "conv2")) + ("to_img",)
 SLOT_RESOLUTIONS = (4,) + tuple(8 * 2**k for k in range(NUM_BLOCKS) for _ in range(3)) + (1024,)
 TO_IMG_SLOT = NUM_SLOTS - 1
-#: output size -> the block whose features its image head reads (None: the packaged to_img after the last block)
-HEAD_BLOCK = {256: 4, 512: 5, 1024: None}
-SIZES = tuple(sorted(HEAD_BLOCK))
+#: the image heads trained here, by the size they draw -> the block whose features they read. The "256" head is the
+#: draft head (``draft=True``); a shown 256 px image is the "512" head's image area-downsampled
+HEAD_BLOCK = {256: 4, 512: 5}
+SIZES = (256, 512, 1024)
+DRAFT_SIZE = 256
 HEAD_DEPTH = 1  # modulated convs in each image head before its to_img
 RANDOM_FACE = "random-face==2021.7.21.1"
 WEIGHTS_LICENCE = (
@@ -193,6 +199,11 @@ class ToImage(nn.Module):
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
         return haar_idwt(self.wavelets(x, style))
 
+    def downsampled(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+        """The image area-downsampled by 2, ``[B,3,R,R]``: each 2x2 mean of :func:`haar_idwt`'s output is half
+        the low band, so the high bands are never computed."""
+        return 0.5 * F.conv2d(x * self.modulation(style), self.weight[:3], self.bias[:3])
+
 
 class ImageHead(nn.Module):
     """A 256 or 512 px image head trained here: one modulated depthwise-separable conv (``cin -> hidden``,
@@ -211,10 +222,11 @@ class ImageHead(nn.Module):
                 nn.init.kaiming_normal_(conv.weight, a=LEAKY_SLOPE)
             self.to_img.weight.normal_(0.0, 0.02)
 
-    def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, style: torch.Tensor, downsampled: bool = False) -> torch.Tensor:
+        """``downsampled``: the image area-downsampled by 2, ``[B,3,R,R]``."""
         for conv in self.convs:
             x = conv(x, style)
-        return self.to_img(x, style)
+        return self.to_img.downsampled(x, style) if downsampled else self.to_img(x, style)
 
 
 class SynthesisBlock(nn.Module):
@@ -239,19 +251,23 @@ class SynthesisNetwork(nn.Module):
         self.conv1 = StyledConv(channels[0], channels[0], 4, depthwise=False)
         self.layers = nn.ModuleList(SynthesisBlock(cin, cout, 8 * 2**k) for k, (cin, cout) in enumerate(zip(channels[:-1], channels[1:])))
         self.to_img = ToImage(channels[-1])
-        self.heads = nn.ModuleDict(
-            {str(size): ImageHead(channels[block + 1], channels[block + 1] // 2, head_depth) for size, block in HEAD_BLOCK.items() if block is not None}
-        )
+        self.heads = nn.ModuleDict({str(size): ImageHead(channels[block + 1], channels[block + 1] // 2, head_depth) for size, block in HEAD_BLOCK.items()})
 
-    def forward(self, styles: torch.Tensor, size: int = 1024) -> torch.Tensor:
-        """RGB ``[B,3,size,size]`` for ``styles`` ``[B,23,D]`` or ``[B,D]``."""
+    def forward(self, styles: torch.Tensor, size: int = 1024, draft: bool = False) -> torch.Tensor:
+        """RGB ``[B,3,size,size]`` for ``styles`` ``[B,23,D]`` or ``[B,D]``. ``draft`` (256 px only): the cheaper,
+        less faithful block-4 head, for optimization loops."""
         styles = as_wplus(styles)
-        if size not in HEAD_BLOCK:
+        if size not in SIZES:
             raise ValueError(f"size must be one of {SIZES}, got {size}")
-        last = NUM_BLOCKS - 1 if HEAD_BLOCK[size] is None else HEAD_BLOCK[size]
-        x = self.block_features(styles, last)[-1]
-        head = self.to_img if HEAD_BLOCK[size] is None else self.heads[str(size)]
-        return head(x, styles[:, TO_IMG_SLOT])
+        if draft and size != DRAFT_SIZE:
+            raise ValueError(f"draft images are {DRAFT_SIZE} px only, got size {size}")
+        style = styles[:, TO_IMG_SLOT]
+        if size == 1024:
+            return self.to_img(self.block_features(styles)[-1], style)
+        if draft:
+            return self.heads[str(DRAFT_SIZE)](self.block_features(styles, HEAD_BLOCK[DRAFT_SIZE])[-1], style)
+        x = self.block_features(styles, HEAD_BLOCK[512])[-1]
+        return self.heads["512"](x, style, downsampled=size == 256)
 
     def block_features(self, styles: torch.Tensor, last: int = NUM_BLOCKS - 1) -> list[torch.Tensor]:
         """The outputs of blocks ``0..last`` for W+ ``styles [B,23,D]`` (block k: ``[B,C_k,8*2^k,8*2^k]``)."""
