@@ -8,7 +8,7 @@ Per output size (256, 512, 1024; ``256d``: the 256 px draft that the inversion's
 Paths: ``eager`` (PyTorch as written), ``channels_last`` (the activations in NHWC), ``compile``
 (``torch.compile``; forward only), ``openvino`` (our port converted by ``openvino.convert_model`` with a W+ input;
 forward only; needs the ``openvino`` test extra). Every path also reports its largest absolute difference from
-eager ([-1,1] units). Median of ``--repeat`` timed runs after one warm-up; min and max beside it. Writes
+eager ([-1,1] units). Median of ``--repeat`` timed runs after a warm-up of every size and one of each path; min and max beside it. Writes
 ``benchmarks/results/mobilestylegan_speed_cpu.{json,md}``.
 """
 
@@ -106,8 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_mobilestylegan()
+    specs = args.sizes.split(",")
+    # the first size a process times runs up to 2x slow for several calls (measured: 256 px 0.32 s first, 0.16 s after
+    # 512), so every size runs forward and backward twice before anything is timed
+    for spec in specs:
+        for _ in range(2):
+            w = model.mean_wplus().requires_grad_(True)
+            model.synthesis(w, int(spec.rstrip("d")), draft=spec.endswith("d")).square().mean().backward()
     rows = []
-    for spec in args.sizes.split(","):
+    for spec in specs:
         size, draft = int(spec.rstrip("d")), spec.endswith("d")
         for batch in map(int, args.batches.split(",")):
             g = torch.Generator().manual_seed(batch * 1000 + size)
