@@ -76,7 +76,7 @@ def test_small_face_region_reaches_over_the_outline(astronaut, monkeypatch, mesh
         out, info = compositing.composite_face(black, small, white, al.matrix, lm)
         assert info.mask == ("mesh" if mesh else "5-point")
         assert info.as_dict()["small_face"] == compositing.is_small_face(lm)
-        assert info.as_dict()["reach"] == (compositing.region_reach(lm) if mesh else None)  # the 5-point mask has no reach
+        assert info.as_dict()["reach"] == compositing.region_reach(lm)
         return out.max(2) > 0
 
     as_small = replaced()
@@ -242,15 +242,20 @@ def test_report_says_which_mask_each_face_got(astronaut):
     assert any(r.composite and r.composite["mask"] == "5-point" for r in res.faces)
 
 
-def test_a_wider_reach_replaces_more_of_the_surroundings(astronaut):
+@pytest.mark.parametrize("mesh", [True, False])
+def test_a_wider_reach_replaces_more_of_the_surroundings(astronaut, monkeypatch, mesh):
     """``reach`` (the privacy guard's strengthening) replaces a region that holds the default one and reaches past it
-    on every side; the report says how far; a small face never gets less than its own reach."""
+    on every side, with the mesh and with the 5-point fallback (a recovery whose photo the mesh fails on still covers
+    the widened region); the report says how far; a small face never gets less than its own reach."""
     rgb, face = astronaut
+    if not mesh:
+        monkeypatch.setattr(compositing, "face_mesh", lambda *a, **kw: None)
     al = align_face(rgb, face.landmarks, 256)
     white = np.full((256, 256, 3), 255, np.uint8)
     black = np.zeros_like(rgb)
     (default, info), (wide, wide_info) = (compositing.composite_face(black, rgb, white, al.matrix, face.landmarks, reach=r) for r in (None, 0.15))
     assert info.as_dict()["reach"] == compositing.MASK_GROW and wide_info.as_dict()["reach"] == 0.15
+    assert info.mask == wide_info.mask == ("mesh" if mesh else "5-point")
     default, wide = default.max(2) > 0, wide.max(2) > 0
     assert np.all(wide[default]) and wide.sum() > 1.2 * default.sum()
     ys, xs = np.nonzero(wide)
@@ -259,6 +264,9 @@ def test_a_wider_reach_replaces_more_of_the_surroundings(astronaut):
     small = face.landmarks * 0.4
     assert compositing.region_reach(small, 0.05) == compositing.SMALL_FACE_GROW
     assert compositing.region_reach(small, 0.3) == 0.3 and compositing.region_reach(face.landmarks, 0.05) == 0.05
+    assert compositing.fallback_mask_scale(face.landmarks) == 1.0
+    assert compositing.fallback_mask_scale(small) == pytest.approx(compositing.SMALL_FACE_MASK_SCALE)
+    assert compositing.fallback_mask_scale(face.landmarks, 0.15) == pytest.approx(compositing.SMALL_FACE_MASK_SCALE)
     with pytest.raises(ValueError, match="reach"):
         compositing.region_reach(face.landmarks, -0.1)
 

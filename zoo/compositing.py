@@ -8,7 +8,7 @@ each face). Each step is a small function:
    original's eyes, brows and lips, so that none of them stays visible beside the new face. A face too small for the mesh, or a machine without
    the mesh model, gets the 5-point superellipse of :func:`zoo.paste.face_mask` (``mask="5-point"``). On a small
    face (:func:`is_small_face`) either region also covers the outline and hairline, and the privacy guard widens
-   the mesh region of a face that stays recognizable (``reach``, :func:`region_reach`; :mod:`zoo.guard`).
+   the region (mesh or 5-point, :func:`fallback_mask_scale`) of a face that stays recognizable (``reach``, :func:`region_reach`; :mod:`zoo.guard`).
 2. :func:`match_colour` - the new face's Lab statistics moved toward the original's inside the mask
    (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays); a region
    the guard widened is matched in two zones, the default region and the band beyond it
@@ -74,7 +74,7 @@ class CompositeInfo:
     sharpness: str  # "kept", "blurred (sigma=..)", "grain (sigma=..)" and/or "unsharp (amount=..)"
     blend: str  # "feather" or "poisson"
     small_face: bool = False  # the region also covers the outline and hairline (:func:`is_small_face`)
-    reach: float | None = None  # how far the mesh region reaches beyond its hull (fraction of the face size); None: 5-point
+    reach: float | None = None  # how far the region reaches beyond the mesh hull (fraction of the face size); the 5-point mask grows to match
 
     def as_dict(self) -> dict:
         return {
@@ -125,6 +125,15 @@ def region_reach(landmarks5: np.ndarray, reach: float | None = None) -> float:
     if not 0.0 <= grow <= 1.0:
         raise ValueError(f"a compositing reach is a fraction of the face size in [0, 1], got {reach!r}")
     return max(grow, SMALL_FACE_GROW) if is_small_face(landmarks5) else grow
+
+
+def fallback_mask_scale(landmarks5: np.ndarray, reach: float | None = None) -> float:
+    """How much larger than a normal face's the 5-point superellipse is where the mesh cannot run: the region's
+    :func:`region_reach` beyond :data:`MASK_GROW`, mapped as :data:`SMALL_FACE_GROW` maps to
+    :data:`SMALL_FACE_MASK_SCALE` (a small face's reach and scale), so a region the guard widened on the mesh
+    stays widened without it (on the anonymized photo a recovery reads, the mesh may fail where it ran before)."""
+    grow = region_reach(landmarks5, reach)
+    return 1.0 + (SMALL_FACE_MASK_SCALE - 1.0) * max(0.0, grow - MASK_GROW) / (SMALL_FACE_GROW - MASK_GROW)
 
 
 def face_region_mask(rgb: np.ndarray, landmarks5: np.ndarray, reach: float | None = None) -> tuple[np.ndarray | None, str]:
@@ -333,7 +342,7 @@ def composite_face(
     ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
     ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo; ``reach``:
     how far beyond the mesh hull the new face replaces the photo (:func:`region_reach`; the 5-point fallback
-    mask does not use it).
+    grows by :func:`fallback_mask_scale`).
     Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
     """
     from .paste import face_mask, paste_back
@@ -356,8 +365,7 @@ def composite_face(
     mask, default_region, kind = face_region_masks(ref, lm_roi, reach)
     small = is_small_face(lm)
     if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
-        scale = SMALL_FACE_MASK_SCALE if small else 1.0
-        mask = _warp_crop_mask(face_mask(size, scale=scale), matrix, x0, y0, (x1 - x0, y1 - y0))
+        mask = _warp_crop_mask(face_mask(size, scale=fallback_mask_scale(lm, reach)), matrix, x0, y0, (x1 - x0, y1 - y0))
     stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
     if stats_mask.sum() < 16:
         stats_mask = mask > 0
@@ -369,7 +377,7 @@ def composite_face(
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
     out[y0:y1, x0:x1] = blend(out[y0:y1, x0:x1], textured, mask, blend_mode)
-    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach) if kind == "mesh" else None)
+    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
 
 
 def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:
