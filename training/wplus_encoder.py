@@ -1,7 +1,7 @@
 """Train the W+ encoder of :mod:`zoo.encoder` on the FFHQ-grade generator's own samples.
 
 Data: styles from :func:`training.mobilestylegan_heads.sample_wplus` (truncated w's, style-mixed, jittered per
-slot: inverted codes are W+, not one w), each drawn at 256 px through the generator's 256 px head and kept as
+slot: inverted codes are W+, not one w), each drawn at 256 px (the generator's full 256 px image) and kept as
 (uint8 image ``[3,256,256]``, fp16 W+ ``[23,512]``) in resumable shards.
 
     python -m training.wplus_encoder data  --n 6144 --out runs/encoder/data                      # resumable shards
