@@ -6,8 +6,9 @@ The packaged MobileStyleGAN draws only 1024 px images (its intermediate image he
 
 * ``512``: block 5 features ``[128,256,256]`` -> 512 px; target ``avg_pool(img1024, 2)``. Its image
   area-downsampled by 2 is also the zoo's 256 px image (blocks 6 and 7 never run).
-* ``256``: the draft head, block 4 features ``[256,128,128]`` -> 256 px; target ``avg_pool(img1024, 4)``. About
-  half the cost of the 256 px image and less faithful: optimization loops (the inversion's steps) use it.
+* ``256``: the draft head, block 4 features ``[256,128,128]`` -> 256 px; target ``avg_pool(img1024, 4)``. A
+  third of the cost of the 256 px image and less faithful: the inversion fits with it and the methods draw fitted
+  codes with it (:func:`zoo.inversion.draw_fitted`).
 
 Styles: w = mapping(z) truncated with psi ~ U(0.5, 1); half of them style-mixed at a random slot; a third pulled
 per slot toward another w by up to 0.3 (inverted codes are W+, not one w). Each style is rendered once and kept as a
@@ -288,7 +289,7 @@ Two small image heads for the FFHQ-grade generator of the face de-identification
 MobileStyleGAN (Belousov 2021), a StyleGAN2-FFHQ-1024 distilled network that the `random-face` wheel ships as
 OpenVINO IR. The packaged network draws only 1024 px images; these heads draw from the features of its 256 px block
 a 512 px image, and a 256 px image as that image area-downsampled (blocks 6 and 7 never run), and from its 128 px block
-a cheaper 256 px draft that the inversion's optimization steps use. They are the only weights here that were trained by this project; the generator's own weights are read from
+a cheaper 256 px draft that the inversion fits real faces with (and the zoo's methods draw fitted codes with). They are the only weights here that were trained by this project; the generator's own weights are read from
 the installed wheel and converted into the user's cache at first use, never redistributed.
 
 ## Architecture

@@ -1,7 +1,7 @@
 """Train the W+ encoder of :mod:`zoo.encoder` on the FFHQ-grade generator's own samples.
 
 Data: styles from :func:`training.mobilestylegan_heads.sample_wplus` (truncated w's, style-mixed, jittered per
-slot: inverted codes are W+, not one w), each drawn at 256 px (the generator's full 256 px image) and kept as
+slot: inverted codes are W+, not one w), each drawn at 256 px as the inversion draws (the generator's 256 px draft) and kept as
 (uint8 image ``[3,256,256]``, fp16 W+ ``[23,512]``) in resumable shards.
 
     python -m training.wplus_encoder data  --n 6144 --out runs/encoder/data                      # resumable shards
@@ -50,7 +50,7 @@ def make_shards(out: Path, n: int, seed: int = 0) -> None:
         rng = np.random.default_rng([seed, i])
         with torch.no_grad():
             wplus = sample_wplus(model, SHARD_SIZE, rng)
-            images = torch.cat([model.synthesis(wplus[j : j + RENDER_BATCH], size=256) for j in range(0, SHARD_SIZE, RENDER_BATCH)])
+            images = torch.cat([model.synthesis(wplus[j : j + RENDER_BATCH], size=256, draft=True) for j in range(0, SHARD_SIZE, RENDER_BATCH)])
         image_u8 = ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
         tmp = path.with_suffix(".tmp")
         save_file({"image": image_u8.contiguous(), "wplus": wplus.half().contiguous()}, str(tmp))
@@ -155,7 +155,7 @@ def train(
         loss = ((pred - wplus[idx]) ** 2).mean()
         if sface is not None:
             clean = torch.from_numpy(images[idx]).float() / 127.5 - 1
-            drawn = g.synthesis(pred, ALIGN_SIZE)
+            drawn = g.synthesis(pred, ALIGN_SIZE, draft=True)
             loss = loss + image_weight * reconstruction_loss(drawn, clean).mean()
             with torch.no_grad():
                 target_id = sface.embed_aligned(clean)

@@ -40,7 +40,7 @@ def sample_angles(n: int, psi: float, seed: int, angle: str = "yaw", batch: int 
     with torch.no_grad():
         for start in range(0, n, batch):
             w = g.style(torch.randn(min(batch, n - start), 512, generator=gen), psi)
-            images = from_tensor(g.synthesis(w[:, None].expand(-1, NUM_SLOTS, -1), 256))
+            images = from_tensor(g.synthesis(w[:, None].expand(-1, NUM_SLOTS, -1), 256, draft=True))
             for wi, value in zip(w, mesh_poses(list(images))[:, column]):
                 if np.isfinite(value):
                     ws.append(wi.numpy())

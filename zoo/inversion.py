@@ -2,9 +2,12 @@
 
 :func:`encode_wplus` gives the trained W+ encoder's estimate (:mod:`zoo.nn.wplus_encoder`) in one pass, with its
 pose slots turned to the head's yaw as the face mesh measures it (:func:`pose_corrected`).
-:func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px image matches FFHQ-aligned crops (in the
-loop its draft image, ``synthesis(..., draft=True)``, at about half the cost; the result is drawn in full): Adam
-on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
+:func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px draft image (``synthesis(..., draft=True)``,
+a third of the cost of the full 256 px image) matches FFHQ-aligned crops, and :func:`draw_fitted` draws a fitted
+code with that same network: the fit leans on the draft head's own rendering, and the full 256 px image of the same
+code was further from the face (7 tuning faces, 20 steps with SFace's identity term: SFace cosine median 0.887
+against 0.946, PSNR 19.0 against 19.5 dB; on the whole photos, with faces drawn in full, right-key recovery gave the
+person back for 165 of 188 held-out faces, 4 methods x 47, against 170). Adam on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
 images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
 ``prior_weight`` x mean squared distance to the start code. :func:`reconstruct_photo` runs it on every face of a
 photo (detect -> FFHQ-align at 256 px -> refine -> draw at the size the face has in the photo -> paste back), which
@@ -26,11 +29,12 @@ import torch
 import torch.nn.functional as F
 
 from .face3d.landmarks import angle_difference
-from .nn.mobilestylegan import MobileStyleGAN, load_mobilestylegan
+from .nn.mobilestylegan import DRAFT_SIZE, MobileStyleGAN, load_mobilestylegan
 
 __all__ = [
     "ALIGN_SIZE",
     "DEFAULT_STEPS",
+    "draw_fitted",
     "POSE_SLOTS",
     "InversionResult",
     "encode_wplus",
@@ -95,6 +99,12 @@ def reconstruction_loss(image: torch.Tensor, target: torch.Tensor) -> torch.Tens
     return loss
 
 
+def draw_fitted(generator: MobileStyleGAN, wplus: torch.Tensor, size: int = ALIGN_SIZE) -> torch.Tensor:
+    """RGB ``[B,3,size,size]`` in about [-1,1] of W+ codes the inversion fitted (or its encoder, trained on the same
+    images, estimated): the 256 px draft at 256 px, the network the fit drew with; the full network above."""
+    return generator.synthesis(wplus, size, draft=size == DRAFT_SIZE)
+
+
 def refine_wplus(
     target: torch.Tensor,
     steps: int = DEFAULT_STEPS,
@@ -142,9 +152,9 @@ def refine_wplus(
             losses.append(float(loss.detach().mean()))
             if step in snapshots:
                 with torch.no_grad():
-                    kept[step] = (g.synthesis(w, ALIGN_SIZE), time.perf_counter() - t0)
+                    kept[step] = (draw_fitted(g, w), time.perf_counter() - t0)
         with torch.no_grad():
-            image = g.synthesis(w, ALIGN_SIZE)
+            image = draw_fitted(g, w)
     return InversionResult(w.detach(), image.detach(), losses, time.perf_counter() - t0, kept)
 
 
@@ -256,7 +266,7 @@ def pose_corrected(
     idx = torch.from_numpy(np.flatnonzero(live))
     for _ in range(POSE_ITERATIONS):
         with torch.no_grad():
-            drawn = g.synthesis(out[idx], ALIGN_SIZE)
+            drawn = draw_fitted(g, out[idx])
         delta = angle_difference(wanted[live], mesh_poses(list(from_tensor(drawn))))
         step = np.nan_to_num(delta, nan=0.0)  # a drawn face the mesh cannot read stays where it is this round
         for column, direction in turns:
@@ -317,7 +327,7 @@ def reconstruct_photo(
         size = _draw_size(a.matrix)
         with torch.no_grad():
             cos = float((sface.embed_aligned(result.image) * sface.embed_aligned(target)).sum())
-            drawn = result.image if size == ALIGN_SIZE else g.synthesis(result.wplus, size)
+            drawn = result.image if size == ALIGN_SIZE else draw_fitted(g, result.wplus, size)
         out = paste_back(out, from_tensor(drawn)[0], alignment_matrix(faces[i].landmarks, size))
         reports[i] |= {
             "start": result.start,

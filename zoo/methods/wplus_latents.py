@@ -65,7 +65,9 @@ class WPlusLatents:
         return generator.mean_wplus(x.shape[0]).to(x) if start is None else start
 
     def decode(self, wplus: torch.Tensor) -> torch.Tensor:
-        return self.generator_on(wplus.device).synthesis(wplus, self.resolution)
+        from ..inversion import draw_fitted
+
+        return draw_fitted(self.generator_on(wplus.device), wplus, self.resolution)
 
     def posed(self, target: torch.Tensor, wplus: torch.Tensor) -> torch.Tensor:
         """W+ ``[N,23,512]`` turned to the face-mesh pose (:attr:`pose_angles`) of the FFHQ-aligned faces

@@ -21,8 +21,9 @@ Networks (one style dimension D = 512):
   trained here (``training/mobilestylegan_heads.py``, shipped in ``zoo/weights/mobilestylegan/heads``) draw
   the image from block 5's (256 px) features: 512 px, and 256 px as that image area-downsampled by 2 (the low
   band of its wavelets, computed directly). Blocks 6 and 7 never run. ``draft=True`` draws 256 px from block 4's
-  128 px features with the second head: about half the cost, further from the full network (29.6 against 34.7 dB,
-  ``benchmarks/results/mobilestylegan_heads.md``); optimization loops use it, a face that is shown never is.
+  128 px features with the second head: a third of the cost, further from the full network (29.6 against 34.5 dB,
+  ``benchmarks/results/mobilestylegan_heads.md``). The inversion fits W+ codes to faces with it, and the methods
+  draw those codes with it (:func:`zoo.inversion.draw_fitted`): a fitted code drawn in full is further from the face.
   Both heads take the ``to_img`` slot's style.
 
 Images are float NCHW RGB in about [-1, 1]. Licence of the weights: distilled from NVIDIA's StyleGAN2-FFHQ
@@ -255,7 +256,7 @@ class SynthesisNetwork(nn.Module):
 
     def forward(self, styles: torch.Tensor, size: int = 1024, draft: bool = False) -> torch.Tensor:
         """RGB ``[B,3,size,size]`` for ``styles`` ``[B,23,D]`` or ``[B,D]``. ``draft`` (256 px only): the cheaper,
-        less faithful block-4 head, for optimization loops."""
+        less faithful block-4 head that the inversion fits with."""
         styles = as_wplus(styles)
         if size not in SIZES:
             raise ValueError(f"size must be one of {SIZES}, got {size}")

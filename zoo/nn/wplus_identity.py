@@ -222,7 +222,7 @@ def pose_sensitivity(
         wp = torch.cat([w, w])
         wp[:faces, list(slots)] += step
         wp[faces:, list(slots)] -= step
-        images = ((generator.synthesis(wp, 256).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+        images = ((generator.synthesis(wp, 256, draft=True).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
         poses = np.array([mesh_head_pose(im, template) for im in images])
         out.append(torch.as_tensor(angle_difference(poses[:faces], poses[faces:])).mean(0) / (2 * amplitude))
     return torch.stack(out)

@@ -66,7 +66,7 @@ class FFHQPriorRestorer:
         return out
 
     def __call__(self, x_l: torch.Tensor, keys: Sequence[KeyMaterial] | None = None) -> torch.Tensor:
-        from ...inversion import POSE_SLOTS, encode_wplus, pose_corrected
+        from ...inversion import POSE_SLOTS, draw_fitted, encode_wplus, pose_corrected
         from ...nn.mobilestylegan import load_mobilestylegan
 
         generator = load_mobilestylegan(x_l.device)
@@ -80,7 +80,7 @@ class FFHQPriorRestorer:
         if turn_after:  # the key's style replaced pose slots too: turn the mixed code to the head's yaw
             wplus = pose_corrected(target, wplus, generator)
         with torch.no_grad():
-            face = generator.synthesis(wplus, s).to(x_l.dtype)
+            face = draw_fitted(generator, wplus, s).to(x_l.dtype)
         return resize_images(face, r)
 
 
