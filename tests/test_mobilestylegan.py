@@ -319,7 +319,7 @@ def test_pose_correction_leaves_faces_the_mesh_cannot_read(monkeypatch):
     import zoo.inversion as inv
 
     class Drawer:
-        def synthesis(self, wplus, size):
+        def synthesis(self, wplus, size, draft=False):
             return torch.zeros(wplus.shape[0], 3, size, size)
 
     calls = []
@@ -346,7 +346,7 @@ def test_inversion_turns_the_encoders_code_before_the_refinement_steps(monkeypat
     import zoo.inversion as inv
 
     class Drawer:
-        def synthesis(self, wplus, size):
+        def synthesis(self, wplus, size, draft=False):
             return wplus[:, :3, :1, None].expand(-1, -1, size, size).contiguous()
 
     turned: list[torch.Tensor] = []
