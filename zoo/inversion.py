@@ -5,9 +5,9 @@ pose slots turned to the head's yaw as the face mesh measures it (:func:`pose_co
 :func:`refine_wplus` fits W+ ``[B,23,512]`` so that the generator's 256 px draft image (``synthesis(..., draft=True)``,
 a third of the cost of the full 256 px image) matches FFHQ-aligned crops, and :func:`draw_fitted` draws a fitted
 code with that same network: the fit leans on the draft head's own rendering, and the full 256 px image of the same
-code was further from the face (7 tuning faces, 20 steps with SFace's identity term: SFace cosine median 0.887
-against 0.946, PSNR 19.0 against 19.5 dB; on the whole photos, with faces drawn in full, right-key recovery gave the
-person back for 165 of 188 held-out faces, 4 methods x 47, against 170). Adam on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
+code was further from the face (20 steps with SFace's identity term: SFace cosine median 0.895 against 0.954 on 7
+tuning faces, ``benchmarks/results/fit_renderer.md``); fitting against the full image costs 2.6x the time for about
+the same fidelity. Adam on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
 images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
 ``prior_weight`` x mean squared distance to the start code. :func:`reconstruct_photo` runs it on every face of a
 photo (detect -> FFHQ-align at 256 px -> refine -> draw at the size the face has in the photo -> paste back), which
