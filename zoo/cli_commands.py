@@ -196,7 +196,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
     inputs = expand_inputs(args.inputs)
     generator = load_mobilestylegan(cli_device(args.device))
     if not generator.heads_trained:
-        raise CLIError("the generator's 256 px head is not installed (zoo/weights/mobilestylegan/heads)")
+        raise CLIError("the generator's 256/512 px heads are not installed (zoo/weights/mobilestylegan/heads)")
     out_dir = Path(args.out)
     failed = 0
     for path, stem in inputs:
