@@ -32,13 +32,12 @@ OUT = Path(__file__).resolve().parent / "results" / "fit_renderer"
 WAYS = ("draft fit, draft drawn", "draft fit, full drawn", "full fit, full drawn")
 
 
-class _FullImageGenerator(torch.nn.Module):
-    """The generator with its draft flag ignored: every 256 px image is the full one."""
+class _FullImageGenerator:
+    """The generator with its draft flag ignored: every 256 px image is the full one (the inversion calls only
+    ``synthesis`` and ``mean_wplus``)."""
 
     def __init__(self, generator):
-        super().__init__()
         self.inner = generator
-        self.mapping, self.w_avg = generator.mapping, generator.w_avg
 
     def synthesis(self, wplus: torch.Tensor, size: int = 1024, draft: bool = False) -> torch.Tensor:
         return self.inner.synthesis(wplus, size)
@@ -58,6 +57,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from zoo.alignment import align_face
     from zoo.detection import detect_faces
+    from zoo.imageio import to_tensor
     from zoo.inversion import invert_wplus
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.nn.sface import load_sface
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, split, rgb in packaged_photos(args.photos.split(",")):
         for i, face in enumerate(detect_faces(rgb)):
             crop = align_face(rgb, face.landmarks, 256).crop
-            target = torch.from_numpy(np.asarray(crop)).permute(2, 0, 1)[None].float() / 127.5 - 1
+            target = to_tensor(crop)
             with torch.no_grad():
                 target_id = sface.embed_aligned(target)
             row: dict = {"photo": name, "split": split, "face": i}

@@ -106,16 +106,15 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     torch.set_num_threads(args.threads)
     model = load_mobilestylegan()
-    specs = args.sizes.split(",")
+    specs = [(int(spec.rstrip("d")), spec.endswith("d")) for spec in args.sizes.split(",")]  # (size, draft)
     # the first size a process times runs up to 2x slow for several calls (measured: 256 px 0.32 s first, 0.16 s after
     # 512), so every size runs forward and backward twice before anything is timed
-    for spec in specs:
+    for size, draft in specs:
         for _ in range(2):
             w = model.mean_wplus().requires_grad_(True)
-            model.synthesis(w, int(spec.rstrip("d")), draft=spec.endswith("d")).square().mean().backward()
+            model.synthesis(w, size, draft=draft).square().mean().backward()
     rows = []
-    for spec in specs:
-        size, draft = int(spec.rstrip("d")), spec.endswith("d")
+    for size, draft in specs:
         for batch in map(int, args.batches.split(",")):
             g = torch.Generator().manual_seed(batch * 1000 + size)
             wplus = model.truncate(model.mapping(torch.randn(batch, NUM_SLOTS, 512, generator=g).flatten(0, 1)).view(batch, NUM_SLOTS, 512), 0.7).detach()

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_file, save_file
 
+from zoo.inversion import draw_fitted
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.wplus_encoder import WPlusEncoder
 
@@ -50,7 +51,7 @@ def make_shards(out: Path, n: int, seed: int = 0) -> None:
         rng = np.random.default_rng([seed, i])
         with torch.no_grad():
             wplus = sample_wplus(model, SHARD_SIZE, rng)
-            images = torch.cat([model.synthesis(wplus[j : j + RENDER_BATCH], size=256, draft=True) for j in range(0, SHARD_SIZE, RENDER_BATCH)])
+            images = torch.cat([draw_fitted(model, wplus[j : j + RENDER_BATCH]) for j in range(0, SHARD_SIZE, RENDER_BATCH)])
         image_u8 = ((images.clamp(-1, 1) + 1) * 127.5).round().to(torch.uint8)
         tmp = path.with_suffix(".tmp")
         save_file({"image": image_u8.contiguous(), "wplus": wplus.half().contiguous()}, str(tmp))
@@ -143,7 +144,7 @@ def train(
 
     sface = None
     if phase == "image":
-        from zoo.inversion import ALIGN_SIZE, reconstruction_loss
+        from zoo.inversion import reconstruction_loss
         from zoo.nn.sface import load_sface
 
         sface = load_sface()
@@ -155,7 +156,7 @@ def train(
         loss = ((pred - wplus[idx]) ** 2).mean()
         if sface is not None:
             clean = torch.from_numpy(images[idx]).float() / 127.5 - 1
-            drawn = g.synthesis(pred, ALIGN_SIZE, draft=True)
+            drawn = draw_fitted(g, pred)
             loss = loss + image_weight * reconstruction_loss(drawn, clean).mean()
             with torch.no_grad():
                 target_id = sface.embed_aligned(clean)

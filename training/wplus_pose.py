@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from zoo.inversion import POSE_ANGLES, POSE_DIRECTION_FILES
+from zoo.inversion import POSE_ANGLES, POSE_DIRECTION_FILES, draw_fitted
 
 
 def sample_angles(n: int, psi: float, seed: int, angle: str = "yaw", batch: int = 8) -> tuple[np.ndarray, np.ndarray]:
@@ -40,7 +40,7 @@ def sample_angles(n: int, psi: float, seed: int, angle: str = "yaw", batch: int 
     with torch.no_grad():
         for start in range(0, n, batch):
             w = g.style(torch.randn(min(batch, n - start), 512, generator=gen), psi)
-            images = from_tensor(g.synthesis(w[:, None].expand(-1, NUM_SLOTS, -1), 256, draft=True))
+            images = from_tensor(draw_fitted(g, w[:, None].expand(-1, NUM_SLOTS, -1)))
             for wi, value in zip(w, mesh_poses(list(images))[:, column]):
                 if np.isfinite(value):
                     ws.append(wi.numpy())

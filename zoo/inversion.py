@@ -141,7 +141,7 @@ def refine_wplus(
         losses, kept = [], {}
         for step in range(1, int(steps) + 1):
             opt.zero_grad(set_to_none=True)
-            image = g.synthesis(w, ALIGN_SIZE, draft=True)
+            image = draw_fitted(g, w)
             loss = reconstruction_loss(image, target)
             if identity is not None:
                 loss = loss + identity_weight * (1.0 - (identity.embed_aligned(image) * target_id).sum(1))

@@ -212,6 +212,7 @@ def pose_sensitivity(
     from ..alignment import ffhq_template
     from ..face3d.landmarks import angle_difference
     from ..face_mesh import mesh_head_pose
+    from ..inversion import draw_fitted
 
     template = ffhq_template(256)
     gen = torch.Generator().manual_seed(seed)
@@ -222,7 +223,7 @@ def pose_sensitivity(
         wp = torch.cat([w, w])
         wp[:faces, list(slots)] += step
         wp[faces:, list(slots)] -= step
-        images = ((generator.synthesis(wp, 256, draft=True).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+        images = ((draw_fitted(generator, wp).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
         poses = np.array([mesh_head_pose(im, template) for im in images])
         out.append(torch.as_tensor(angle_difference(poses[:faces], poses[faces:])).mean(0) / (2 * amplitude))
     return torch.stack(out)
