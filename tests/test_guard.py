@@ -244,6 +244,45 @@ def test_an_unrelated_face_is_accepted(astronaut):
     assert face.guard["distance"] >= g.floor and face.guard["faceres_distance"] >= g.faceres_floor
 
 
+def test_a_face_too_small_to_verify_is_blurred_even_when_unrelated(astronaut):
+    """The unrelated face the guard accepts at full size is blurred once the photo is shrunk so that the face is
+    narrower than MIN_VERIFIED_FACE_PX (reason "small_face"); at the line's width it is accepted again."""
+    import cv2
+
+    from zoo.detection import detect_faces
+    from zoo.guard import MIN_VERIFIED_FACE_PX
+
+    (full,) = detect_faces(astronaut)
+    for width, blurred in ((MIN_VERIFIED_FACE_PX - 4, True), (MIN_VERIFIED_FACE_PX + 6, False)):
+        scale = width / full.width
+        small = cv2.resize(astronaut, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+        (found,) = detect_faces(small)
+        assert (found.width < MIN_VERIFIED_FACE_PX) == blurred, found.width
+        (face,) = _OtherPerson().anonymize(small).faces
+        assert face.guard["blurred"] is blurred and (face.status == "guard_blur") == blurred
+        assert face.guard.get("blur_reason") == ("small_face" if blurred else None)
+
+
+def test_protect_blurs_narrow_faces_without_trying_variants():
+    """Faces narrower than the line are measured once and blurred; the wider face beside them is checked as usual."""
+    from zoo.guard import MIN_VERIFIED_FACE_PX, guard_for, protect
+
+    g = guard_for()
+    far = (g.floor + 0.3, g.faceres_floor + 0.3)
+    calls = []
+
+    def distances(candidate, which, reach=None):
+        calls.append(list(which))
+        return {i: far for i in which}
+
+    crops = np.zeros((2, 8, 8, 3), np.uint8)
+    widths = [MIN_VERIFIED_FACE_PX - 0.5, MIN_VERIFIED_FACE_PX]
+    _, _, _, checks = protect(_FakePipeline(), g, crops, [0, 1], None, {}, [crops[0], crops[1]], [None] * 2, distances, 0, (0.1,), widths)
+    assert checks[0].blurred and checks[0].blur_reason == "small_face" and checks[0].as_dict()["blur_reason"] == "small_face"
+    assert not checks[1].blurred and checks[1].blur_reason is None
+    assert calls == [[0, 1]]
+
+
 def test_guard_catches_a_wrong_key_that_gives_the_face_back(astronaut):
     from zoo.guard import guard_for
 

@@ -32,7 +32,10 @@ The rule:
   of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). Its
   carried code still rides, sealed with the face's key (:mod:`zoo.carrier`), so the right key recovers the face from
   a lossless save, nobody without it can draw the code, recovery refuses a wrong key, and the blur leaves nothing to
-  re-invert in a lossy copy.
+  re-invert in a lossy copy;
+* a face in a photo narrower than :data:`MIN_VERIFIED_FACE_PX` is blurred the same way whatever the recognizers say
+  (``blur_reason`` "small_face"): below that width the guard's recognizers were not shown to catch every
+  same-person pair, so the guard cannot vouch for a face drawn there.
 
 Every face's guard distances and variant go into the report. dlib, the judge of every number the project
 publishes, is never consulted here, so those numbers stay independent. See ``docs/privacy_guard.md`` for the
@@ -46,7 +49,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-__all__ = ["PrivacyGuard", "GuardCheck", "DEFAULT_TARGET", "FACERES_TARGET", "FACERES_FLOOR", "STRONGER_REACHES", "guard_for", "protect", "wrong_key_probe"]
+__all__ = [
+    "PrivacyGuard",
+    "GuardCheck",
+    "DEFAULT_TARGET",
+    "FACERES_TARGET",
+    "FACERES_FLOOR",
+    "STRONGER_REACHES",
+    "MIN_VERIFIED_FACE_PX",
+    "guard_for",
+    "protect",
+    "wrong_key_probe",
+]
 
 #: SFace cosine distance the guard retries key variants to reach (SFace's same-person threshold: 0.637)
 DEFAULT_TARGET = 0.85
@@ -63,6 +77,11 @@ FACERES_FLOOR = 0.6168
 #: line: 6 of 18 at 0.02, 2 at 0.10, 1 at 0.15 (``docs/privacy_guard.md``). A wider region shows more of the drawn
 #: face's own hairline, so only faces that would otherwise be blurred get it.
 STRONGER_REACHES = (0.10, 0.15)
+#: the narrowest face (detector box width, px) the guard vouches for: on real photographs of 5 people
+#: (``benchmarks/results/recognizer_pairs_*px.md``, 275 same-person pairs, each face area-downscaled to that width),
+#: SFace and FaceRes at their blur floors call every same-person pair the same at 24 and 28 px, and miss 2 of 275 at
+#: 20 px. A narrower face is blurred (fail closed).
+MIN_VERIFIED_FACE_PX = 24.0
 
 
 @dataclass
@@ -75,7 +94,9 @@ class GuardCheck:
     variant: int = 0  # key variant kept (0 = the plain key)
     tried: int = 1  # variants tried
     blurred: bool = False  # still recognized after every variant: the face was hard-blurred
-    blur_reason: str | None = None  # "face" (the anonymized face) or "wrong_key" (its wrong-key recovery) was recognized
+    #: "face" (the anonymized face) or "wrong_key" (its wrong-key recovery) was recognized; "small_face": the face is
+    #: narrower than MIN_VERIFIED_FACE_PX
+    blur_reason: str | None = None
     #: compositing reach the face was measured (and is composited) with; None = the default (zoo.compositing.MASK_GROW)
     reach: float | None = None
     #: reversible keyed methods: the same two distances for the kept output recovered with stand-in wrong keys, the
@@ -220,6 +241,7 @@ def protect(
     distances: Distances,
     n_variants: int | None = None,
     reaches: Sequence[float] = (),
+    face_widths: Sequence[float] | None = None,
 ):
     """The guard's rule (module docstring) for one batch of faces of ``pipeline.method`` (:class:`~zoo.pipeline.DeidPipeline` around a :class:`~zoo.methods.base.DeidMethod`),
     whatever the distance is taken on (aligned crops, or faces at their place in the composed photo).
@@ -231,7 +253,9 @@ def protect(
     the carrier's key check refuses a wrong key). Before that, a face still recognized is measured again at each
     compositing reach of ``reaches`` in turn, every variant drawn for it (``distances(candidate, which, reach={face:
     reach})`` composes it so), and keeps the first (reach, variant) at which neither the face nor its wrong-key
-    recoveries are recognized (:attr:`GuardCheck.reach`). Returns (outs, latents, variants, checks)."""
+    recoveries are recognized (:attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
+    face narrower than :data:`MIN_VERIFIED_FACE_PX` is measured once and marked to be blurred, with no key variant or
+    wider region tried for it. Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
     n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
     probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
@@ -252,11 +276,12 @@ def protect(
         }
 
     live = [i for i in range(len(outs)) if outs[i] is not None]
+    too_small = {i for i in live if face_widths is not None and float(face_widths[i]) < MIN_VERIFIED_FACE_PX}
     got = checked(outs, latents, live, 0)
     checks: list = [got.get(i) for i in range(len(outs))]
     variants = [0] * len(outs)
     drawn: dict[int, dict[int, tuple]] = {i: {0: (outs[i], latents[i])} for i in live}  # face -> variant -> (out, code)
-    failing = [i for i in live if not checks[i].passes(guard)]
+    failing = [i for i in live if i not in too_small and not checks[i].passes(guard)]
     for number in range(1, n_variants + 1):
         if not failing:
             break
@@ -287,7 +312,7 @@ def protect(
                     found[i].add_wrong_key(d, df)
 
     probe_more(outs, latents, {i: checks[i] for i in live})
-    recognized = [i for i in live if checks[i].recognized(guard)]
+    recognized = [i for i in live if i not in too_small and checks[i].recognized(guard)]
     for r in reaches:  # strengthen: each variant drawn, over more of the original's surroundings
         for number in range(n_variants + 1):
             which = [i for i in recognized if number in drawn[i]]
@@ -306,8 +331,10 @@ def protect(
                     variants[i], checks[i] = number, check
             recognized = [i for i in recognized if checks[i].recognized(guard)]
     for i in live:
-        checks[i].blurred = checks[i].recognized(guard)
-        if checks[i].blurred:
+        checks[i].blurred = i in too_small or checks[i].recognized(guard)
+        if i in too_small:
+            checks[i].blur_reason = "small_face"
+        elif checks[i].blurred:
             checks[i].blur_reason = "face" if checks[i].face_recognized(guard) else "wrong_key"
     return outs, latents, variants, checks
 

@@ -336,7 +336,8 @@ class DeidPipeline:
             return got
 
         reaches = STRONGER_REACHES if self.method.draws_new_face else ()
-        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, n_variants, reaches)
+        widths = [float(place[i][1].width) for i in range(len(flat))]
+        return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, n_variants, reaches, widths)
 
     def _frame_in_photo(
         self, rgb: np.ndarray, faces: list, indices: list[int], secret: Secret | None, controls: dict, keys: list | None = None
