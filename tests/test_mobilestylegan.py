@@ -157,8 +157,8 @@ def test_trained_heads_match_the_downsampled_1024_output(generator):
         for seed in (2_000_001, 2_000_002):
             w = generator.style(_z(seed), psi=0.7)
             full = generator.synthesis(w, size=1024)
-            # these seeds measure 32.8-35.1 (256), 31.2-32.8 (512) and 28.5-28.8 dB (256 draft)
-            for size, draft, floor in ((256, False, 31.0), (512, False, 30.0), (256, True, 27.0)):
+            # these seeds measure 36.5-38.5 (256), 34.0-35.4 (512) and 28.5-28.8 dB (256 draft)
+            for size, draft, floor in ((256, False, 34.0), (512, False, 32.0), (256, True, 27.0)):
                 mse = F.mse_loss(generator.synthesis(w, size=size, draft=draft), F.avg_pool2d(full, 1024 // size))
                 assert 10 * math.log10(4 / float(mse)) > floor, (seed, size, draft)
 
@@ -410,3 +410,31 @@ def test_reconstruct_blurs_a_face_it_cannot_align(monkeypatch, astronaut_rgb):
     assert reports[0]["status"] == "blurred"
     x0, y0, x1, y1 = (int(v) for v in face.box)
     assert np.abs(out[y0:y1, x0:x1].astype(int) - astronaut_rgb[y0:y1, x0:x1]).mean() > 2
+
+
+def test_fine_tuning_one_head_leaves_the_other_as_shipped(tmp_path):
+    """``train --init shipped --heads 512``: the 512 px head moves, the draft head keeps the shipped weights exactly."""
+    from safetensors.torch import load_file, save_file
+
+    from training import mobilestylegan_heads as H
+    from zoo.nn.mobilestylegan import heads_dir
+
+    shipped = load_file(str(heads_dir() / "model.safetensors"))
+    g = torch.Generator().manual_seed(0)
+    n, c = 16, H.CROP
+    save_file(
+        {
+            "features_256": torch.randn(n, 256, c, c, generator=g).half(),
+            "target_256": (torch.rand(n, 3, 2 * c, 2 * c, generator=g) * 2 - 1).half(),
+            "features_512": torch.randn(n, 128, c, c, generator=g).half(),
+            "target_512": (torch.rand(n, 3, 2 * c, 2 * c, generator=g) * 2 - 1).half(),
+            "style": torch.randn(n, 512, generator=g),
+        },
+        str(tmp_path / "shard_0000.safetensors"),
+    )
+    assert H.train(tmp_path, tmp_path / "run", steps=3, max_minutes=5, resume=False, batch=2, lr=1e-3, init=heads_dir(), sizes=(512,)) == 3
+    state = {k[6:]: v for k, v in load_file(str(tmp_path / "run" / "train_state.safetensors")).items() if k.startswith("model.")}
+    assert set(state) == set(shipped)
+    draft = [k for k in shipped if k.startswith("256.")]
+    assert draft and all(torch.equal(state[k], shipped[k].float()) for k in draft)
+    assert any(not torch.equal(state[k], shipped[k].float()) for k in shipped if k.startswith("512."))

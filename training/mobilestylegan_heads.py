@@ -18,6 +18,7 @@ disjoint seed range, at psi 0.7 and 1.0, on whole images.
 
     python -m training.mobilestylegan_heads data  --n 1280 --out runs/msg_heads/crops        # resumable shards
     python -m training.mobilestylegan_heads train --data runs/msg_heads/crops --out runs/msg_heads --max-minutes 20 [--resume]
+        [--init shipped --heads 512 --lr 5e-4]    # fine-tune the shipped 512 px head only (the draft stays as shipped)
     python -m training.mobilestylegan_heads eval  --ckpt runs/msg_heads --out benchmarks/results/mobilestylegan_heads.json
     python -m training.mobilestylegan_heads export --ckpt runs/msg_heads       # fp16 -> zoo/weights/mobilestylegan/heads
     python -m training.mobilestylegan_heads card                               # the shipped heads' card, re-rendered
@@ -121,7 +122,7 @@ def _crops(data: dict[str, torch.Tensor], size: int, batch: int, rng: np.random.
     return data[f"features_{size}"][idx].float(), data[f"target_{size}"][idx].float(), data["style"][idx]
 
 
-def _save_state(out: Path, model: MobileStyleGAN, opt: torch.optim.Optimizer, step: int, log: list[dict]) -> None:
+def _save_state(out: Path, model: MobileStyleGAN, opt: torch.optim.Optimizer, step: int, log: list[dict], run: dict | None = None) -> None:
     heads = model.synthesis.heads
     state = {f"model.{k}": v.contiguous() for k, v in heads.state_dict().items()}
     names = dict(heads.named_parameters())
@@ -133,20 +134,41 @@ def _save_state(out: Path, model: MobileStyleGAN, opt: torch.optim.Optimizer, st
     save_file(state, str(out / "train_state.safetensors.tmp"))
     (out / "train_state.safetensors.tmp").rename(out / "train_state.safetensors")
     depth = len(next(iter(heads.values())).convs)
-    (out / "train_log.json").write_text(json.dumps({"step": step, "depth": depth, "log": log}, indent=1))
+    (out / "train_log.json").write_text(json.dumps({"step": step, "depth": depth, **(run or {}), "log": log}, indent=1))
 
 
-def train(data_dir: Path, out: Path, steps: int, max_minutes: float, resume: bool, batch: int = 8, lr: float = 2e-3, seed: int = 0, depth: int = 1) -> int:
-    """Adam on the heads (MSE against the targets); cosine learning rate over ``steps``; stops after
-    ``max_minutes``; ``resume`` continues from ``out/train_state.safetensors``. Returns the step reached."""
+def train(
+    data_dir: Path,
+    out: Path,
+    steps: int,
+    max_minutes: float,
+    resume: bool,
+    batch: int = 8,
+    lr: float = 2e-3,
+    seed: int = 0,
+    depth: int = 1,
+    init: Path | None = None,
+    sizes: tuple[int, ...] = HEAD_SIZES,
+) -> int:
+    """Adam on the heads of ``sizes`` (MSE against the targets); cosine learning rate over ``steps``; stops after
+    ``max_minutes``; ``resume`` continues from ``out/train_state.safetensors``. ``init``: a heads folder
+    (``config.json`` + ``model.safetensors``, e.g. the shipped one) to start from; heads not in ``sizes`` keep its
+    weights untouched. Returns the step reached."""
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
     data = _load_data(data_dir)
     if resume and (out / "train_log.json").is_file():
         depth = json.loads((out / "train_log.json").read_text()).get("depth", depth)
+    elif init is not None:
+        depth = json.loads((init / "config.json").read_text()).get("depth", depth)
     model = MobileStyleGAN(head_depth=depth)  # only the heads are trained: no packaged weights are needed here
-    heads = model.synthesis.heads.train().requires_grad_(True)
-    params = dict(heads.named_parameters())
+    heads = model.synthesis.heads
+    if init is not None and not resume:
+        heads.load_state_dict({k: v.float() for k, v in load_file(str(init / "model.safetensors")).items()})
+    heads.requires_grad_(False)
+    for s in sizes:
+        heads[str(s)].train().requires_grad_(True)
+    params = {k: p for k, p in heads.named_parameters() if p.requires_grad}
     opt = torch.optim.Adam(params.values(), lr=lr, betas=(0.9, 0.99))
     step, log, before = 0, [], 0.0
     if resume and (out / "train_state.safetensors").is_file():
@@ -159,12 +181,18 @@ def train(data_dir: Path, out: Path, steps: int, max_minutes: float, resume: boo
             if f"adam.exp_avg.{k}" in state:
                 opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": state[f"adam.exp_avg.{k}"], "exp_avg_sq": state[f"adam.exp_avg_sq.{k}"]}
     rng = np.random.default_rng([seed, step])
-    t0, running = time.time(), {s: 0.0 for s in HEAD_SIZES}
+    # what the run trained, for the card: heads, styles, learning rate, and the config of the heads it started from
+    run: dict = {"sizes": list(sizes), "styles": int(data["style"].shape[0]) // CROPS_PER_SAMPLE, "lr": lr}
+    if init is not None:
+        run["init_config"] = json.loads((init / "config.json").read_text())
+    elif resume and (out / "train_log.json").is_file():
+        run = {k: v for k, v in json.loads((out / "train_log.json").read_text()).items() if k in ("sizes", "styles", "lr", "init_config")} or run
+    t0, running = time.time(), {s: 0.0 for s in sizes}
     while step < steps and (time.time() - t0) < max_minutes * 60:
         for g in opt.param_groups:
             g["lr"] = 1e-4 + 0.5 * (lr - 1e-4) * (1 + math.cos(math.pi * step / steps))
         loss = torch.zeros(())
-        for s in HEAD_SIZES:
+        for s in sizes:
             f, t, style = _crops(data, s, batch, rng)
             pred = heads[str(s)](f, style)
             b = 2 * BORDER
@@ -177,13 +205,13 @@ def train(data_dir: Path, out: Path, steps: int, max_minutes: float, resume: boo
         step += 1
         if step % 200 == 0:
             entry = {"step": step, "seconds": round(before + time.time() - t0, 1)} | {
-                f"psnr_{s}": round(10 * math.log10(4 / (running[s] / 200)), 2) for s in HEAD_SIZES
+                f"psnr_{s}": round(10 * math.log10(4 / (running[s] / 200)), 2) for s in sizes
             }
             log.append(entry)
             print(entry, flush=True)
-            running = {s: 0.0 for s in HEAD_SIZES}
-            _save_state(out, model, opt, step, log)
-    _save_state(out, model, opt, step, log)
+            running = {s: 0.0 for s in sizes}
+            _save_state(out, model, opt, step, log, run)
+    _save_state(out, model, opt, step, log, run)
     return step
 
 
@@ -240,15 +268,20 @@ def export(ckpt: Path, dest: Path | None = None) -> Path:
     heads = {k[6:]: v.half().contiguous() for k, v in state.items() if k.startswith("model.")}
     save_file(heads, str(dest / "model.safetensors"), metadata={"format": "pt"})
     log = json.loads((ckpt / "train_log.json").read_text())
-    config = {
-        "architecture": "MobileStyleGAN ImageHead",
-        "heads": {str(s): {"reads_block": HEAD_BLOCK[s], "output_px": s} for s in HEAD_SIZES},
-        "style_slot": TO_IMG_SLOT,
-        "depth": log.get("depth", 1),
-        "dtype": "float16",
-        "steps": log["step"],
-        "train_seconds": log["log"][-1]["seconds"] if log["log"] else 0,
-    }
+    seconds = log["log"][-1]["seconds"] if log["log"] else 0
+    if "init_config" in log:  # a fine-tuning run: the base heads' recipe stays, the fine-tuning is added
+        config = {k: v for k, v in log["init_config"].items() if k != "fine_tune"}
+        config["fine_tune"] = {"heads": log["sizes"], "styles": log["styles"], "steps": log["step"], "lr": log["lr"], "train_seconds": seconds}
+    else:
+        config = {
+            "architecture": "MobileStyleGAN ImageHead",
+            "heads": {str(s): {"reads_block": HEAD_BLOCK[s], "output_px": s} for s in HEAD_SIZES},
+            "style_slot": TO_IMG_SLOT,
+            "depth": log.get("depth", 1),
+            "dtype": "float16",
+            "steps": log["step"],
+            "train_seconds": seconds,
+        }
     (dest / "config.json").write_text(json.dumps(config, indent=2) + "\n")
     evaluation = json.loads(EVAL_RESULTS.read_text()) if EVAL_RESULTS.is_file() else None
     (dest / "README.md").write_text(heads_card(config, evaluation))
@@ -273,6 +306,19 @@ def heads_card(config: dict, evaluation: dict | None) -> str:
     """The heads' model card (Hub front matter, provenance, licence, recipe, measured PSNR)."""
     table = evaluation_table(evaluation)
     n = (evaluation or {}).get("n", "?")
+    tune = config.get("fine_tune")
+    fine_tune = (
+        ""
+        if tune is None
+        else f"""
+Then the {" and ".join(str(h) for h in tune["heads"])} px head alone was fine-tuned from those weights (the other head stays
+as trained above): `python -m training.mobilestylegan_heads data --n {tune["styles"]} --out runs/msg_heads/crops` (the
+first 1280 styles are the ones above) and `python -m training.mobilestylegan_heads train --data runs/msg_heads/crops
+--out runs/msg_heads_tune --init shipped --heads {",".join(str(h) for h in tune["heads"])} --lr {tune["lr"]} --steps {tune["steps"]} --max-minutes 40`:
+{tune["styles"]} styles, Adam lr {tune["lr"]} cosine to 1e-4, batch 8 crops, {tune["steps"]} steps. Wall time on 2 CPU cores: data
+{tune.get("data_minutes", "?")} min, training {tune["train_seconds"] / 60:.1f} min.
+"""
+    )
     return f"""---
 license: other
 license_name: nvidia-source-code-license-nc-and-cc-by-nc-sa-4.0
@@ -309,7 +355,7 @@ per head, 6000 steps), mean squared error with a 2-pixel feature border left out
 {DATA_MINUTES} min, training {config["train_seconds"] / 60:.1f} min. Measured and not adopted: the same recipe on 256
 styles kept whole reached 32 dB on its own crops but 28.8 dB (256 px) on new seeds; two convs per head on the 1280
 styles gave 29.3 dB (256) and 32.2 dB (512) at psi 0.7, below one conv.
-
+{fine_tune}
 ## Evaluation
 PSNR against the area-downsampled 1024 px output of the same style, {n} held-out seeds (z from numpy
 `default_rng(seed)`, seeds {(evaluation or {}).get("seeds", "?")}, never used in training); target >= 32 dB.
@@ -341,6 +387,9 @@ def main(argv: list[str] | None = None) -> None:
     t.add_argument("--resume", action="store_true")
     t.add_argument("--batch", type=int, default=8)
     t.add_argument("--depth", type=int, default=1, help="modulated convs per head before its to_img")
+    t.add_argument("--lr", type=float, default=2e-3)
+    t.add_argument("--init", help="a heads folder to start from ('shipped': the package's heads)")
+    t.add_argument("--heads", default=",".join(str(s) for s in HEAD_SIZES), help="head sizes to train (the others stay as initialised)")
     e = sub.add_parser("eval")
     e.add_argument("--ckpt", type=Path, help="a training folder (default: the shipped heads)")
     e.add_argument("--n", type=int, default=64)
@@ -354,7 +403,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.cmd == "data":
         make_shards(args.out, args.n, args.seed)
     elif args.cmd == "train":
-        step = train(args.data, args.out, args.steps, args.max_minutes, args.resume, args.batch, depth=args.depth)
+        init = None if args.init is None else heads_dir() if args.init == "shipped" else Path(args.init)
+        sizes = tuple(int(s) for s in args.heads.split(","))
+        step = train(args.data, args.out, args.steps, args.max_minutes, args.resume, args.batch, args.lr, depth=args.depth, init=init, sizes=sizes)
         print(f"stopped at step {step} of {args.steps}")
     elif args.cmd == "eval":
         model = load_mobilestylegan()
