@@ -307,6 +307,7 @@ def heads_card(config: dict, evaluation: dict | None) -> str:
     table = evaluation_table(evaluation)
     n = (evaluation or {}).get("n", "?")
     tune = config.get("fine_tune")
+    more_steps = "" if tune is None else f"; the {' and '.join(str(h) for h in tune['heads'])} px head {tune['steps']} more"
     fine_tune = (
         ""
         if tune is None
@@ -342,7 +343,7 @@ the installed wheel and converted into the user's cache at first use, never redi
 Each head: a modulated depthwise-separable 3x3 conv (block channels -> half, LeakyReLU 0.2), then a modulated 1x1
 conv to 12 Haar wavelet channels and the inverse transform (the packaged `to_img` design). The 256 px image is the
 512 px head's low band halved (each 2x2 mean of the inverse transform), so its high bands are not computed. Both
-heads take the style of W+ slot {config["style_slot"]} (`to_img`). Stored in fp16 ({config["steps"]} training steps).
+heads take the style of W+ slot {config["style_slot"]} (`to_img`). Stored in fp16 ({config["steps"]} training steps{more_steps}).
 
 ## Training recipe
 `python -m training.mobilestylegan_heads data --n 1280 --out runs/msg_heads/crops` then
