@@ -157,10 +157,9 @@ def train(
     torch.manual_seed(seed)
     out.mkdir(parents=True, exist_ok=True)
     data = _load_data(data_dir)
-    if resume and (out / "train_log.json").is_file():
-        depth = json.loads((out / "train_log.json").read_text()).get("depth", depth)
-    elif init is not None:
-        depth = json.loads((init / "config.json").read_text()).get("depth", depth)
+    previous = json.loads((out / "train_log.json").read_text()) if resume and (out / "train_log.json").is_file() else None
+    init_config = json.loads((init / "config.json").read_text()) if init is not None else None
+    depth = (previous or init_config or {}).get("depth", depth)
     model = MobileStyleGAN(head_depth=depth)  # only the heads are trained: no packaged weights are needed here
     heads = model.synthesis.heads
     if init is not None and not resume:
@@ -181,12 +180,11 @@ def train(
             if f"adam.exp_avg.{k}" in state:
                 opt.state[p] = {"step": torch.tensor(float(step)), "exp_avg": state[f"adam.exp_avg.{k}"], "exp_avg_sq": state[f"adam.exp_avg_sq.{k}"]}
     rng = np.random.default_rng([seed, step])
-    # what the run trained, for the card: heads, styles, learning rate, and the config of the heads it started from
+    # what the run trains, for the card: heads, styles, learning rate, and the config of the heads it started from
     run: dict = {"sizes": list(sizes), "styles": int(data["style"].shape[0]) // CROPS_PER_SAMPLE, "lr": lr}
-    if init is not None:
-        run["init_config"] = json.loads((init / "config.json").read_text())
-    elif resume and (out / "train_log.json").is_file():
-        run = {k: v for k, v in json.loads((out / "train_log.json").read_text()).items() if k in ("sizes", "styles", "lr", "init_config")} or run
+    started_from = init_config if init_config is not None else (previous or {}).get("init_config")
+    if started_from is not None:
+        run["init_config"] = started_from
     t0, running = time.time(), {s: 0.0 for s in sizes}
     while step < steps and (time.time() - t0) < max_minutes * 60:
         for g in opt.param_groups:

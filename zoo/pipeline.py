@@ -336,7 +336,7 @@ class DeidPipeline:
             return got
 
         reaches = STRONGER_REACHES if self.method.draws_new_face else ()
-        widths = [float(place[i][1].width) for i in range(len(flat))]
+        widths = [float(face.width) for _, face, _ in place]
         return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances, n_variants, reaches, widths)
 
     def _frame_in_photo(
