@@ -16,6 +16,8 @@ original:
 * PSNR inside the face mask (``zoo.paste.face_mask``) and SFace cosine;
 * dlib's 68 landmarks: mean distance in px on the 256 px crop, and the head's |yaw| and |pitch| change
   (:func:`zoo.face3d.landmarks.head_pose`);
+* the face mesh's 468 points (:func:`zoo.face_mesh.face_mesh`, not a judge: the measure settings are chosen on):
+  mean distance in px on the 256 px crop;
 * seconds per face.
 
 Rates carry 95% Wilson intervals. Writes ``benchmarks/results/reconstruct_real.{json,md}``.
@@ -36,8 +38,9 @@ from training.evaluate import wilson_interval
 from zoo.alignment import align_face, ffhq_template
 from zoo.detection import detect_faces
 from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
+from zoo.face_mesh import face_mesh
 from zoo.imageio import from_tensor, to_tensor
-from zoo.inversion import ALIGN_SIZE, encode_wplus, refine_wplus
+from zoo.inversion import ALIGN_SIZE, draw_fitted, encode_wplus, refine_wplus
 from zoo.judges import get_judge
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.sface import load_sface
@@ -94,7 +97,7 @@ def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str, 
         snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
     if 0 in checkpoints:
         with torch.no_grad():
-            snaps[0] = (g.synthesis(code, ALIGN_SIZE), t_start)
+            snaps[0] = (draw_fitted(g, code), t_start)
     return snaps
 
 
@@ -119,6 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for (name, split, i, crop), d0 in zip(faces, orig_dlib):
         target = to_tensor(crop)
         lm0 = aligned_landmarks(crop, template)
+        mesh0 = face_mesh(crop, template)
         snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
@@ -131,9 +135,11 @@ def main(argv: list[str] | None = None) -> int:
             with torch.no_grad():
                 cos = float((sface.embed_aligned(image) * sface.embed_aligned(target)).sum())
             lm = aligned_landmarks(rec, template)
+            mesh = face_mesh(rec, template)
             pose = np.abs(head_pose(lm, rec.shape[:2]) - head_pose(lm0, crop.shape[:2])) if lm is not None and lm0 is not None else np.full(3, np.nan)
             row["by_steps"][s] = {
                 "landmark_px": round(float(np.linalg.norm(lm - lm0, axis=1).mean()), 2) if lm is not None and lm0 is not None else None,
+                "mesh_px": round(float(np.linalg.norm(mesh - mesh0, axis=1).mean()), 2) if mesh is not None and mesh0 is not None else None,
                 "yaw_change_deg": round(float(pose[0]), 2),
                 "pitch_change_deg": round(float(pose[1]), 2),
                 "dlib_distance": round(own, 4),
@@ -159,6 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sface_cosine_median": round(float(np.median([x["sface_cosine"] for x in per])), 3),
                 "seconds_per_face_median": round(float(np.median([x["seconds"] for x in per])), 1),
                 "landmark_px_median": _median([x.get("landmark_px") for x in per]),
+                "mesh_px_median": _median([x.get("mesh_px") for x in per]),
                 "yaw_change_deg_median": _median([x.get("yaw_change_deg") for x in per]),
                 "pitch_change_deg_median": _median([x.get("pitch_change_deg") for x in per]),
             }
@@ -175,15 +182,15 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"`{result['command'].strip()}`, {args.threads} threads. dlib judge at 0.6; rates k/n [95% Wilson].",
         "",
-        "| split | steps | same person (dlib) | nearest original is its own | face PSNR dB (median) | SFace cos (median) | landmarks px (median) | yaw / pitch change deg (median) | s/face (median) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| split | steps | same person (dlib) | nearest original is its own | face PSNR dB (median) | SFace cos (median) | landmarks px (median) | face mesh px (median) | yaw / pitch change deg (median) | s/face (median) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for split, per in summary.items():
         for s, r in per.items():
             sp, nn = r["same_person"], r["nearest_is_own"]
             lines.append(
                 f"| {split} | {s} | {sp['k']}/{sp['n']} [{sp['95ci'][0]:.2f}, {sp['95ci'][1]:.2f}] | {nn['k']}/{nn['n']} [{nn['95ci'][0]:.2f}, {nn['95ci'][1]:.2f}] "
-                f"| {r['psnr_face_db_median']:.1f} | {r['sface_cosine_median']:.3f} | {r.get('landmark_px_median', '-')} "
+                f"| {r['psnr_face_db_median']:.1f} | {r['sface_cosine_median']:.3f} | {r.get('landmark_px_median', '-')} | {r.get('mesh_px_median', '-')} "
                 f"| {r.get('yaw_change_deg_median', '-')} / {r.get('pitch_change_deg_median', '-')} | {r['seconds_per_face_median']:.1f} |"
             )
     write_results(args.out, result, lines)

@@ -400,6 +400,32 @@ def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_r
 
 
 @needs_wheel
+def test_reconstruct_runs_the_default_inversion_unless_told(monkeypatch, tmp_path, astronaut_rgb):
+    """Without --steps / --identity-weight the CLI fits with zoo.inversion's defaults and the report says which;
+    given, it passes them on."""
+    import json
+
+    from PIL import Image
+
+    from zoo import inversion
+    from zoo.cli import main
+
+    seen: list[tuple[int, float]] = []
+
+    def fake_reconstruct(rgb, steps, *, identity_weight, **kwargs):
+        seen.append((steps, identity_weight))
+        return np.asarray(rgb).copy(), []
+
+    monkeypatch.setattr(inversion, "reconstruct_photo", fake_reconstruct)
+    Image.fromarray(astronaut_rgb).save(tmp_path / "astronaut.png")
+    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--out", str(tmp_path / "a")]) == 0
+    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--steps", "3", "--identity-weight", "0", "--out", str(tmp_path / "b")]) == 0
+    assert seen == [(inversion.DEFAULT_STEPS, inversion.DEFAULT_IDENTITY_WEIGHT), (3, 0.0)]
+    report = json.loads((tmp_path / "a" / "astronaut__reconstructed.json").read_text())
+    assert (report["steps"], report["identity_weight"]) == (inversion.DEFAULT_STEPS, inversion.DEFAULT_IDENTITY_WEIGHT)
+
+
+@needs_wheel
 def test_reconstruct_blurs_a_face_it_cannot_align(monkeypatch, astronaut_rgb):
     from zoo import detection, detectors, inversion
 

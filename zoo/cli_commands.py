@@ -188,10 +188,12 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
     """Every face redrawn by the FFHQ-grade generator (W+ refinement) and pasted back:
     ``OUT/<name>__reconstructed.png`` plus ``.json`` (one entry per face)."""
     from .imageio import load_image, save_image_atomic, write_text_atomic
-    from .inversion import DEFAULT_POSE_ANGLES, POSE_ANGLES, reconstruct_photo
+    from .inversion import DEFAULT_IDENTITY_WEIGHT, DEFAULT_POSE_ANGLES, DEFAULT_STEPS, POSE_ANGLES, reconstruct_photo
     from .nn.mobilestylegan import load_mobilestylegan
 
-    if args.steps < 0:
+    steps = DEFAULT_STEPS if args.steps is None else args.steps
+    identity_weight = DEFAULT_IDENTITY_WEIGHT if args.identity_weight is None else args.identity_weight
+    if steps < 0:
         raise CLIError("--steps must be >= 0")
     inputs = expand_inputs(args.inputs)
     generator = load_mobilestylegan(cli_device(args.device))
@@ -208,9 +210,9 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             continue
         image, faces = reconstruct_photo(
             rgb,
-            args.steps,
+            steps,
             detector=args.detector,
-            identity_weight=args.identity_weight,
+            identity_weight=identity_weight,
             use_encoder=not args.no_encoder,
             generator=generator,
             pose_angles=POSE_ANGLES if args.pitch else DEFAULT_POSE_ANGLES,
@@ -221,8 +223,8 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
         report = {
             "input": str(path),
             "output": str(target),
-            "steps": args.steps,
-            "identity_weight": args.identity_weight,
+            "steps": steps,
+            "identity_weight": identity_weight,
             "pitch": bool(args.pitch),
             "faces": faces,
         }

@@ -33,6 +33,7 @@ from .nn.mobilestylegan import DRAFT_SIZE, MobileStyleGAN, load_mobilestylegan
 
 __all__ = [
     "ALIGN_SIZE",
+    "DEFAULT_IDENTITY_WEIGHT",
     "DEFAULT_STEPS",
     "draw_fitted",
     "POSE_SLOTS",
@@ -47,7 +48,12 @@ __all__ = [
 ]
 
 ALIGN_SIZE = 256
-DEFAULT_STEPS = 100
+#: the default refinement (``zoo reconstruct``, :func:`invert_wplus`): 40 steps with SFace's identity term at 1.0. Chosen
+#: on the fidelity-time curve of the tuning faces (``benchmarks/results/reconstruct_real_curve.md``: face PSNR median
+#: 22.1 / 23.4 / 24.3 / 25.3 dB and face-mesh distance 7.5 / 6.4 / 5.9 / 5.0 px at 20 / 40 / 60 / 100 steps) as the
+#: most steps within 8 s per face on 2 cores (about 0.16 s per step: 6.9 s per face at 40, 10.1 at 60).
+DEFAULT_STEPS = 40
+DEFAULT_IDENTITY_WEIGHT = 1.0
 DEFAULT_LR = 0.04
 #: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them
 POSE_ANGLES = ("yaw", "pitch")
@@ -195,7 +201,7 @@ def invert_wplus(
     generator: MobileStyleGAN | None = None,
     use_encoder: bool = True,
     correct_pose: bool = True,
-    identity_weight: float = 0.0,
+    identity_weight: float = DEFAULT_IDENTITY_WEIGHT,
     prior_weight: float = 0.0,
     pose_angles: tuple[str, ...] = DEFAULT_POSE_ANGLES,
 ) -> InversionResult:
@@ -279,7 +285,7 @@ def reconstruct_photo(
     steps: int = DEFAULT_STEPS,
     *,
     detector: str | None = "auto",
-    identity_weight: float = 0.0,
+    identity_weight: float = DEFAULT_IDENTITY_WEIGHT,
     prior_weight: float = 0.0,
     use_encoder: bool = True,
     generator: MobileStyleGAN | None = None,
