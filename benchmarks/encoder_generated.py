@@ -7,9 +7,9 @@ drawn from ``numpy.random.default_rng([0, shard])``; psi 0.7; 256 px). For each 
 * dlib (the judge; no setting uses it) same person at 0.6, with 95% Wilson intervals;
 * PSNR inside the face mask, SFace cosine, seconds per face; the same from ``w_avg`` for comparison.
 
-``--starts``: which fits to run, among ``encoder`` and ``w_avg`` (pixel loss only) and ``methods`` (the default
-inversion, :func:`zoo.inversion.invert_wplus`: the encoder's code turned to the head's yaw, SFace's identity term at
-1.0).
+``--starts``: which fits to run, among ``encoder`` and ``w_avg`` (pixel loss only), ``methods`` (the W+ methods'
+inversion: the encoder's code turned to the head's yaw, SFace's identity term at 1.0) and ``default`` (the same plus
+the face-region term, :data:`zoo.inversion.DEFAULT_FACE_WEIGHT`: what ``zoo reconstruct`` runs).
 
     python -m benchmarks.encoder_generated [--n 64] [--steps 0,10,25] [--starts encoder,w_avg]   # -> results/encoder_generated.{json,md}
 """
@@ -32,18 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--steps", default="0,10,25")
-    p.add_argument("--starts", default="encoder,w_avg", help="comma list of encoder, w_avg, methods")
+    p.add_argument("--starts", default="encoder,w_avg", help="comma list of encoder, w_avg, methods, default")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)
     a = p.parse_args(argv)
     starts = [s.strip() for s in a.starts.split(",") if s.strip()]
-    if not starts or not set(starts) <= {"encoder", "w_avg", "methods"}:
-        p.error(f"--starts must list encoder, w_avg or methods, got {a.starts!r}")
+    if not starts or not set(starts) <= {"encoder", "w_avg", "methods", "default"}:
+        p.error(f"--starts must list encoder, w_avg, methods or default, got {a.starts!r}")
 
     from benchmarks.reconstruct_real import fidelity_curve
     from training.evaluate import wilson_interval
     from zoo.imageio import from_tensor
-    from zoo.inversion import ALIGN_SIZE, DEFAULT_IDENTITY_WEIGHT
+    from zoo.inversion import ALIGN_SIZE, DEFAULT_FACE_WEIGHT, DEFAULT_IDENTITY_WEIGHT
     from zoo.judges import get_judge
     from zoo.nn.mobilestylegan import load_mobilestylegan
     from zoo.nn.sface import load_sface
@@ -62,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     for i in range(a.n):
         target = targets[i : i + 1]
         for start_name in starts:
-            snaps = fidelity_curve(g, target, steps, start_name, DEFAULT_IDENTITY_WEIGHT if start_name == "methods" else 0.0)
+            identity_weight = DEFAULT_IDENTITY_WEIGHT if start_name in ("methods", "default") else 0.0
+            snaps = fidelity_curve(g, target, steps, start_name, identity_weight, DEFAULT_FACE_WEIGHT if start_name == "default" else 0.0)
             for s in steps:
                 image, seconds = snaps[s]
                 rec = from_tensor(image)[0]

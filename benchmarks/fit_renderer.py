@@ -74,7 +74,7 @@ def main(argv: list[str] | None = None) -> int:
             row: dict = {"photo": name, "split": split, "face": i}
             for fit_with, generator in (("draft", g), ("full", full)):
                 t0 = time.perf_counter()
-                code = invert_wplus(target, args.steps, generator=generator, identity_weight=1.0).wplus  # type: ignore[arg-type]
+                code = invert_wplus(target, args.steps, generator=generator, identity_weight=1.0, face_weight=0.0).wplus  # type: ignore[arg-type]
                 seconds = time.perf_counter() - t0
                 draws = ("draft", "full") if fit_with == "draft" else ("full",)
                 for draw in draws:

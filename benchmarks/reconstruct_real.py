@@ -1,6 +1,6 @@
 """How well the FFHQ-grade generator redraws real faces: W+ refinement (zoo.inversion) against steps, judged by dlib.
 
-    python -m benchmarks.reconstruct_real --steps 25,50,100,200 [--start encoder|w_avg|methods] [--identity-weight 1]
+    python -m benchmarks.reconstruct_real --steps 25,50,100,200 [--start encoder|w_avg|methods|default] [--identity-weight 1] [--face-weight 1]
 
 Real photos that packages ship (:data:`benchmarks.real_photos.REAL_PHOTOS`), split before measuring: ``tuning`` =
 insightface's t1.jpg (6 faces) and face_recognition's biden, the only photos any default was looked at on;
@@ -8,6 +8,8 @@ insightface's t1.jpg (6 faces) and face_recognition's biden, the only photos any
 refine_wplus``, one face at a time) from ``--start``: the W+ encoder's estimate (``zoo.inversion.encode_wplus``) or
 w_avg; ``methods``: the inversion every W+ method runs (``zoo.inversion.invert_wplus``: the encoder's estimate
 turned to the head's yaw, refinement with SFace's identity term at ``--identity-weight``, the methods' default 1.0);
+``default``: the same plus the face-region term at ``--face-weight`` (``zoo.inversion.DEFAULT_FACE_WEIGHT``), what
+``zoo reconstruct`` runs;
 at each step count in ``--steps`` (0 = the start itself) the 256 px image is compared with the aligned
 original:
 
@@ -40,7 +42,7 @@ from zoo.detection import detect_faces
 from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
 from zoo.face_mesh import face_mesh
 from zoo.imageio import from_tensor, to_tensor
-from zoo.inversion import ALIGN_SIZE, draw_fitted, encode_wplus, refine_wplus
+from zoo.inversion import ALIGN_SIZE, DEFAULT_FACE_WEIGHT, DEFAULT_IDENTITY_WEIGHT, draw_fitted, encode_wplus, refine_wplus
 from zoo.judges import get_judge
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.sface import load_sface
@@ -79,20 +81,28 @@ def rate_text(r: dict) -> str:
     return f"{r['k']}/{r['n']} {r['95ci']}"
 
 
-def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str, identity_weight: float = 0.0) -> dict[int, tuple[torch.Tensor, float]]:
+def fidelity_curve(
+    g, target: torch.Tensor, checkpoints: list[int], start: str, identity_weight: float = 0.0, face_weight: float = 0.0
+) -> dict[int, tuple[torch.Tensor, float]]:
     """step -> (256 px image, seconds so far) for one FFHQ-aligned ``target [1,3,256,256]``: the start code (``start``
-    "encoder" or "methods": :func:`zoo.inversion.encode_wplus`, turned to the head's pose; "w_avg": the average face)
-    refined to ``max(checkpoints)`` steps with SFace's identity term at ``identity_weight``; step 0 is the start code
-    itself."""
+    "encoder", "methods" or "default": :func:`zoo.inversion.encode_wplus`, turned to the head's pose; "w_avg": the
+    average face) refined to ``max(checkpoints)`` steps with SFace's identity term at ``identity_weight`` and the
+    face-region term at ``face_weight``; step 0 is the start code itself."""
     t0 = time.perf_counter()
-    code = encode_wplus(target) if start in ("encoder", "methods") else g.mean_wplus(1)
+    code = encode_wplus(target) if start in ("encoder", "methods", "default") else g.mean_wplus(1)
     if code is None:
         raise SystemExit("no W+ encoder ships (zoo/weights/wplus_encoder); use --start w_avg")
     t_start = time.perf_counter() - t0
     snaps = {}
     if max(checkpoints) > 0:
         snaps = refine_wplus(
-            target, max(checkpoints), generator=g, start=code, identity_weight=identity_weight, snapshots=tuple(s for s in checkpoints if s > 0)
+            target,
+            max(checkpoints),
+            generator=g,
+            start=code,
+            identity_weight=identity_weight,
+            face_weight=face_weight,
+            snapshots=tuple(s for s in checkpoints if s > 0),
         ).snapshots
         snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
     if 0 in checkpoints:
@@ -104,8 +114,9 @@ def fidelity_curve(g, target: torch.Tensor, checkpoints: list[int], start: str, 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--steps", default="25,50,100,200")
-    p.add_argument("--start", choices=("encoder", "w_avg", "methods"), default="w_avg", help="where refinement starts")
-    p.add_argument("--identity-weight", type=float, default=None, help="SFace identity term (default: 1.0 with --start methods, else 0)")
+    p.add_argument("--start", choices=("encoder", "w_avg", "methods", "default"), default="w_avg", help="where refinement starts")
+    p.add_argument("--identity-weight", type=float, default=None, help="SFace identity term (default: 1.0 with --start methods or default, else 0)")
+    p.add_argument("--face-weight", type=float, default=None, help="face-region term (default: zoo.inversion.DEFAULT_FACE_WEIGHT with --start default, else 0)")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
@@ -116,14 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     faces = packaged_faces()
     originals = np.stack([f[3] for f in faces])
     orig_dlib = dlib.embed_aligned(originals)
-    identity_weight = args.identity_weight if args.identity_weight is not None else (1.0 if args.start == "methods" else 0.0)
+    identity_weight = args.identity_weight if args.identity_weight is not None else (DEFAULT_IDENTITY_WEIGHT if args.start in ("methods", "default") else 0.0)
+    face_weight = args.face_weight if args.face_weight is not None else (DEFAULT_FACE_WEIGHT if args.start == "default" else 0.0)
     template = ffhq_template(ALIGN_SIZE)
     rows = []
     for (name, split, i, crop), d0 in zip(faces, orig_dlib):
         target = to_tensor(crop)
         lm0 = aligned_landmarks(crop, template)
         mesh0 = face_mesh(crop, template)
-        snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight)
+        snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight, face_weight)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
             image, seconds = snaps[s]
@@ -174,11 +186,12 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "start": args.start,
         "identity_weight": identity_weight,
+        "face_weight": face_weight,
         "summary": summary,
         "rows": rows,
     }
     lines = [
-        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, SFace identity weight {identity_weight}, 256 px)",
+        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, SFace identity weight {identity_weight}, face weight {face_weight}, 256 px)",
         "",
         f"`{result['command'].strip()}`, {args.threads} threads. dlib judge at 0.6; rates k/n [95% Wilson].",
         "",

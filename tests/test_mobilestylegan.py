@@ -356,7 +356,7 @@ def test_inversion_turns_the_encoders_code_before_the_refinement_steps(monkeypat
         turned.append(code.detach().clone())
         return code + 1.0
 
-    def fake_refine(target, steps, *, generator=None, start=None, identity_weight=0.0, prior_weight=0.0):
+    def fake_refine(target, steps, *, generator=None, start=None, identity_weight=0.0, prior_weight=0.0, face_weight=0.0):
         starts.append(start.clone())
         w = start - 0.25
         return inv.InversionResult(w, generator.synthesis(w, inv.ALIGN_SIZE), [0.0] * steps, 0.0)
@@ -399,6 +399,20 @@ def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_r
     assert np.array_equal(out[:, :5], astronaut_rgb[:, :5])  # far from the face nothing changes
 
 
+def test_face_term_of_the_reconstruction_loss_reads_only_the_face_region():
+    """face_weight adds nothing for an error outside the face region (the crop's top rows) and adds the mean error
+    inside it: a 32 px patch of error 1 at the face's centre."""
+    from zoo.inversion import reconstruction_loss
+
+    target = torch.zeros(1, 3, 256, 256)
+    outside, inside = target.clone(), target.clone()
+    outside[..., :16, :] = 1.0
+    inside[..., 128:160, 112:144] = 1.0
+    assert torch.allclose(reconstruction_loss(outside, target, 2.0), reconstruction_loss(outside, target, 0.0), atol=1e-6)
+    added = float(reconstruction_loss(inside, target, 1.0) - reconstruction_loss(inside, target, 0.0))
+    assert 0.02 < added < 0.5  # the patch is a few percent of the face region, seen at 3 scales
+
+
 @needs_wheel
 def test_reconstruct_runs_the_default_inversion_unless_told(monkeypatch, tmp_path, astronaut_rgb):
     """Without --steps / --identity-weight the CLI fits with zoo.inversion's defaults and the report says which;
@@ -412,17 +426,21 @@ def test_reconstruct_runs_the_default_inversion_unless_told(monkeypatch, tmp_pat
 
     seen: list[tuple[int, float]] = []
 
-    def fake_reconstruct(rgb, steps, *, identity_weight, **kwargs):
-        seen.append((steps, identity_weight))
+    def fake_reconstruct(rgb, steps, *, identity_weight, face_weight, **kwargs):
+        seen.append((steps, identity_weight, face_weight))
         return np.asarray(rgb).copy(), []
 
     monkeypatch.setattr(inversion, "reconstruct_photo", fake_reconstruct)
     Image.fromarray(astronaut_rgb).save(tmp_path / "astronaut.png")
     assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--out", str(tmp_path / "a")]) == 0
-    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--steps", "3", "--identity-weight", "0", "--out", str(tmp_path / "b")]) == 0
-    assert seen == [(inversion.DEFAULT_STEPS, inversion.DEFAULT_IDENTITY_WEIGHT), (3, 0.0)]
+    given = ["--steps", "3", "--identity-weight", "0", "--face-weight", "0.5"]
+    assert main(["reconstruct", str(tmp_path / "astronaut.png"), *given, "--out", str(tmp_path / "b")]) == 0
+    defaults = (inversion.DEFAULT_STEPS, inversion.DEFAULT_IDENTITY_WEIGHT, inversion.DEFAULT_FACE_WEIGHT)
+    assert seen == [defaults, (3, 0.0, 0.5)]
     report = json.loads((tmp_path / "a" / "astronaut__reconstructed.json").read_text())
-    assert (report["steps"], report["identity_weight"]) == (inversion.DEFAULT_STEPS, inversion.DEFAULT_IDENTITY_WEIGHT)
+    assert (report["steps"], report["identity_weight"], report["face_weight"]) == defaults
+    assert main(["reconstruct", str(tmp_path / "astronaut.png"), "--face-weight", "-1", "--out", str(tmp_path / "c")]) == 2
+    assert not (tmp_path / "c").exists()
 
 
 @needs_wheel

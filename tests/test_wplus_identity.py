@@ -282,9 +282,10 @@ def test_default_wplus_anonymizes_a_real_photo_and_recovers_it(astronaut_rgb, mo
         assert sface.distance(original, sface.embed_photo_faces(wrong, place))[0] > line
 
 
-def test_the_wplus_space_takes_its_pose_angles_from_the_config(monkeypatch):
+def test_the_wplus_space_takes_its_pose_angles_and_face_weight_from_the_config(monkeypatch):
     """``wplus.pose_angles``: which angles the inversion turns the encoder's start to (default yaw only); anything
-    but yaw and pitch is refused with a one-line error."""
+    but yaw and pitch is refused with a one-line error. ``wplus.face_weight`` reaches the inversion (the methods'
+    default: 0)."""
     import zoo.inversion as inv
     from zoo.methods.wplus_latents import WPlusLatents
 
@@ -292,15 +293,21 @@ def test_the_wplus_space_takes_its_pose_angles_from_the_config(monkeypatch):
         WPlusLatents(("yaw", "roll"))
     seen = []
 
-    def fake_invert(x, steps, *, generator=None, identity_weight=0.0, pose_angles=("yaw",)):
-        seen.append(pose_angles)
+    def fake_invert(x, steps, *, generator=None, identity_weight=0.0, face_weight=1.0, pose_angles=("yaw",)):
+        seen.append((pose_angles, face_weight))
         return inv.InversionResult(torch.zeros(x.shape[0], NUM_SLOTS, STYLE_DIM), x, [], 0.0)
 
     monkeypatch.setattr(inv, "invert_wplus", fake_invert)
     space = WPlusLatents.__new__(WPlusLatents)  # no generator needed for the call below
-    space.generator_on, space.pose_angles = (lambda device: None), ("yaw", "pitch")
+    space.generator_on, space.pose_angles, space.face_weight = (lambda device: None), ("yaw", "pitch"), 0.5
     space.encode(torch.zeros(1, 3, 256, 256), steps=2)
-    assert seen == [("yaw", "pitch")] and inv.DEFAULT_POSE_ANGLES == ("yaw",)
+    assert seen == [(("yaw", "pitch"), 0.5)] and inv.DEFAULT_POSE_ANGLES == ("yaw",)
+    import json
+    from pathlib import Path
+
+    weights = Path(__file__).resolve().parents[1] / "zoo" / "weights"
+    shipped = [json.loads((weights / name / "method.json").read_text())["config"] for name in ("dbaf", "hford", "ifadit", "personal")]
+    assert all(float(c["wplus"].get("face_weight", 0.0)) == 0.0 for c in shipped)  # the methods fit as measured
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

@@ -188,11 +188,14 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
     """Every face redrawn by the FFHQ-grade generator (W+ refinement) and pasted back:
     ``OUT/<name>__reconstructed.png`` plus ``.json`` (one entry per face)."""
     from .imageio import load_image, save_image_atomic, write_text_atomic
-    from .inversion import DEFAULT_IDENTITY_WEIGHT, DEFAULT_POSE_ANGLES, DEFAULT_STEPS, POSE_ANGLES, reconstruct_photo
+    from .inversion import DEFAULT_FACE_WEIGHT, DEFAULT_IDENTITY_WEIGHT, DEFAULT_POSE_ANGLES, DEFAULT_STEPS, POSE_ANGLES, reconstruct_photo
     from .nn.mobilestylegan import load_mobilestylegan
 
     steps = DEFAULT_STEPS if args.steps is None else args.steps
     identity_weight = DEFAULT_IDENTITY_WEIGHT if args.identity_weight is None else args.identity_weight
+    face_weight = DEFAULT_FACE_WEIGHT if args.face_weight is None else args.face_weight
+    if identity_weight < 0 or face_weight < 0:
+        raise CLIError("--identity-weight and --face-weight must be >= 0")
     if steps < 0:
         raise CLIError("--steps must be >= 0")
     inputs = expand_inputs(args.inputs)
@@ -213,6 +216,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             steps,
             detector=args.detector,
             identity_weight=identity_weight,
+            face_weight=face_weight,
             use_encoder=not args.no_encoder,
             generator=generator,
             pose_angles=POSE_ANGLES if args.pitch else DEFAULT_POSE_ANGLES,
@@ -225,6 +229,7 @@ def cmd_reconstruct(args: argparse.Namespace) -> int:
             "output": str(target),
             "steps": steps,
             "identity_weight": identity_weight,
+            "face_weight": face_weight,
             "pitch": bool(args.pitch),
             "faces": faces,
         }

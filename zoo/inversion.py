@@ -8,8 +8,9 @@ code with that same network: the fit leans on the draft head's own rendering, an
 code was further from the face (20 steps with SFace's identity term: SFace cosine median 0.895 against 0.954 on 7
 tuning faces, ``benchmarks/results/fit_renderer.md``); fitting against the full image costs 2.6x the time for about
 the same fidelity. Adam on W+ from a start code (the encoder's estimate, else ``w_avg`` in every slot), loss per face = L1 + L1 of 2x/4x/8x average-pooled
-images + 0.5 x L1 of the grey-level gradients, optionally plus ``identity_weight`` x (1 - SFace cosine) and a pull
-``prior_weight`` x mean squared distance to the start code. :func:`reconstruct_photo` runs it on every face of a
+images + 0.5 x L1 of the grey-level gradients, optionally plus ``face_weight`` x the same L1 inside the face region
+(brows to chin) at 1/2/4x, ``identity_weight`` x (1 - SFace cosine) and a pull ``prior_weight`` x mean squared distance
+to the start code. :func:`reconstruct_photo` runs it on every face of a
 photo (detect -> FFHQ-align at 256 px -> refine -> draw at the size the face has in the photo -> paste back), which
 is what ``python -m zoo reconstruct`` writes: how well the backbone knows each face.
 
@@ -33,6 +34,7 @@ from .nn.mobilestylegan import DRAFT_SIZE, MobileStyleGAN, load_mobilestylegan
 
 __all__ = [
     "ALIGN_SIZE",
+    "DEFAULT_FACE_WEIGHT",
     "DEFAULT_IDENTITY_WEIGHT",
     "DEFAULT_STEPS",
     "draw_fitted",
@@ -48,12 +50,19 @@ __all__ = [
 ]
 
 ALIGN_SIZE = 256
-#: the default refinement (``zoo reconstruct``, :func:`invert_wplus`): 40 steps with SFace's identity term at 1.0. Chosen
-#: on the fidelity-time curve of the tuning faces (``benchmarks/results/reconstruct_real_curve.md``: face PSNR median
-#: 22.1 / 23.4 / 24.3 / 25.3 dB and face-mesh distance 7.5 / 6.4 / 5.9 / 5.0 px at 20 / 40 / 60 / 100 steps) as the
-#: most steps within 8 s per face on 2 cores (about 0.16 s per step: 6.9 s per face at 40, 10.1 at 60).
+#: the default refinement (``zoo reconstruct``, :func:`invert_wplus`): 40 steps with SFace's identity term at 1.0 and the
+#: face-region term at :data:`DEFAULT_FACE_WEIGHT`. The step count was chosen on the fidelity-time curve of the tuning
+#: faces (``benchmarks/results/reconstruct_real_curve.md``, without the face term: face PSNR median 22.1 / 23.4 / 24.3 /
+#: 25.3 dB and face-mesh distance 7.5 / 6.4 / 5.9 / 5.0 px at 20 / 40 / 60 / 100 steps) as the most steps within 8 s per
+#: face on 2 cores (about 0.16 s per step: 6.9 s per face at 40, 10.1 at 60).
 DEFAULT_STEPS = 40
 DEFAULT_IDENTITY_WEIGHT = 1.0
+#: the face-region term of :func:`reconstruction_loss` in the default inversion. On the 20 tuning faces, 40 steps, one
+#: thread, medians (face PSNR and face-mesh distance as ``benchmarks.reconstruct_real`` measures them, ``--start default
+#: --face-weight W``; PSNR of the whole 256 px crop besides): W = 0 / 1 / 3 gave face PSNR 23.4 / 25.8 / 26.9 dB,
+#: face-mesh distance 6.8 / 4.6 / 4.0 px, whole-crop PSNR 22.7 / 22.9 / 22.1 dB. 1 improves all three; 3 gives the
+#: background away. The W+ methods fit without it (config ``wplus.face_weight``, 0).
+DEFAULT_FACE_WEIGHT = 1.0
 DEFAULT_LR = 0.04
 #: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them
 POSE_ANGLES = ("yaw", "pitch")
@@ -95,13 +104,30 @@ def _grey_gradients(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return g[..., :, 1:] - g[..., :, :-1], g[..., 1:, :] - g[..., :-1, :]
 
 
-def reconstruction_loss(image: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Per-face ``[B]``: L1 + L1 at 2/4/8x average pooling + 0.5 x grey-gradient L1 (all on [-1,1] pixels)."""
+@lru_cache(maxsize=4)
+def _face_weights(size: int) -> tuple[torch.Tensor, ...]:
+    """The face region of an FFHQ-aligned ``size`` px crop (:func:`zoo.paste.face_mask`, brows to chin) at 1x, 2x and
+    4x average pooling, ``[1,1,s,s]`` each, scaled so that each sums to 1 over its pixels and 3 channels."""
+    from .paste import face_mask
+
+    mask = torch.from_numpy(face_mask(size))[None, None]
+    pooled = [mask] + [F.avg_pool2d(mask, k) for k in (2, 4)]
+    return tuple(m / (3.0 * m.sum()) for m in pooled)
+
+
+def reconstruction_loss(image: torch.Tensor, target: torch.Tensor, face_weight: float = 0.0) -> torch.Tensor:
+    """Per-face ``[B]``: L1 + L1 at 2/4/8x average pooling + 0.5 x grey-gradient L1 (all on [-1,1] pixels), plus
+    ``face_weight`` x the mean L1 inside the face region at 1/2/4x pooling (:func:`_face_weights`; FFHQ-aligned
+    square images)."""
     loss = (image - target).abs().flatten(1).mean(1)
     for k in (2, 4, 8):
         loss = loss + (F.avg_pool2d(image, k) - F.avg_pool2d(target, k)).abs().flatten(1).mean(1)
     for a, b in zip(_grey_gradients(image), _grey_gradients(target)):
         loss = loss + 0.5 * (a - b).abs().flatten(1).mean(1)
+    if face_weight > 0:
+        for k, weights in zip((1, 2, 4), _face_weights(image.shape[-1])):
+            a, b = (image, target) if k == 1 else (F.avg_pool2d(image, k), F.avg_pool2d(target, k))
+            loss = loss + face_weight * ((a - b).abs() * weights.to(image)).flatten(1).sum(1)
     return loss
 
 
@@ -120,6 +146,7 @@ def refine_wplus(
     lr: float = DEFAULT_LR,
     identity_weight: float = 0.0,
     prior_weight: float = 0.0,
+    face_weight: float = 0.0,
     snapshots: tuple[int, ...] = (),
 ) -> InversionResult:
     """Fit W+ to FFHQ-aligned ``target [B,3,256,256]`` in [-1,1] with ``steps`` Adam steps (see module doc).
@@ -148,7 +175,7 @@ def refine_wplus(
         for step in range(1, int(steps) + 1):
             opt.zero_grad(set_to_none=True)
             image = draw_fitted(g, w)
-            loss = reconstruction_loss(image, target)
+            loss = reconstruction_loss(image, target, face_weight)
             if identity is not None:
                 loss = loss + identity_weight * (1.0 - (identity.embed_aligned(image) * target_id).sum(1))
             if prior_weight > 0:
@@ -203,6 +230,7 @@ def invert_wplus(
     correct_pose: bool = True,
     identity_weight: float = DEFAULT_IDENTITY_WEIGHT,
     prior_weight: float = 0.0,
+    face_weight: float = DEFAULT_FACE_WEIGHT,
     pose_angles: tuple[str, ...] = DEFAULT_POSE_ANGLES,
 ) -> InversionResult:
     """The inversion every W+ method and ``zoo reconstruct`` run on FFHQ-aligned ``target [B,3,256,256]`` in [-1,1]:
@@ -219,7 +247,15 @@ def invert_wplus(
     t0 = time.perf_counter()
     g = generator or load_mobilestylegan(target.device)
     start = encode_wplus(target, correct_pose=correct_pose, generator=g, pose_angles=pose_angles) if use_encoder else None
-    result = refine_wplus(target, steps, generator=g, start=start, identity_weight=identity_weight, prior_weight=prior_weight if start is not None else 0.0)
+    result = refine_wplus(
+        target,
+        steps,
+        generator=g,
+        start=start,
+        identity_weight=identity_weight,
+        prior_weight=prior_weight if start is not None else 0.0,
+        face_weight=face_weight,
+    )
     result.start = "encoder" if start is not None else "w_avg"
     result.seconds = time.perf_counter() - t0
     return result
@@ -287,6 +323,7 @@ def reconstruct_photo(
     detector: str | None = "auto",
     identity_weight: float = DEFAULT_IDENTITY_WEIGHT,
     prior_weight: float = 0.0,
+    face_weight: float = DEFAULT_FACE_WEIGHT,
     use_encoder: bool = True,
     generator: MobileStyleGAN | None = None,
     pose_angles: tuple[str, ...] = DEFAULT_POSE_ANGLES,
@@ -328,7 +365,14 @@ def reconstruct_photo(
         # one face at a time: on a CPU a batch of faces is slower per face (the 128 px activations leave the cache)
         target = to_tensor(a.crop).to(device)
         result = invert_wplus(
-            target, steps, generator=g, use_encoder=use_encoder, identity_weight=identity_weight, prior_weight=prior_weight, pose_angles=pose_angles
+            target,
+            steps,
+            generator=g,
+            use_encoder=use_encoder,
+            identity_weight=identity_weight,
+            prior_weight=prior_weight,
+            face_weight=face_weight,
+            pose_angles=pose_angles,
         )
         size = _draw_size(a.matrix)
         with torch.no_grad():

@@ -167,7 +167,8 @@ class LatentDemoMethod(NeuralMethod):
         if self.latent_space != "wplus":
             return None
         if "_wplus" not in self.__dict__:
-            self._wplus = WPlusLatents((self.config.get("wplus") or {}).get("pose_angles"))
+            settings = self.config.get("wplus") or {}
+            self._wplus = WPlusLatents(settings.get("pose_angles"), float(settings.get("face_weight", 0.0)))
         return self._wplus
 
     def identity_code(self, code: torch.Tensor) -> torch.Tensor:

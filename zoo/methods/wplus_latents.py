@@ -19,15 +19,18 @@ class WPlusLatents:
     identity codes: u ``[N,100]`` (:class:`~zoo.nn.wplus_identity.WPlusIdentity`, about N(0, I) like the DCGAN
     latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
     ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's pose
-    (:func:`~zoo.inversion.invert_wplus`; ``pose_angles``: which angles, method config ``wplus.pose_angles``).
+    (:func:`~zoo.inversion.invert_wplus`; ``pose_angles``: which angles, method config ``wplus.pose_angles``;
+    ``face_weight``: the face-region term of :func:`~zoo.inversion.reconstruction_loss`, method config
+    ``wplus.face_weight``, 0 unless a config sets it: the methods' whole-photo numbers are measured without it).
     """
 
     resolution = 256
 
-    def __init__(self, pose_angles: Sequence[str] | None = None):
+    def __init__(self, pose_angles: Sequence[str] | None = None, face_weight: float = 0.0):
         from ..inversion import DEFAULT_POSE_ANGLES, POSE_ANGLES
         from ..nn.wplus_identity import load_wplus_identity
 
+        self.face_weight = float(face_weight)
         self.pose_angles = tuple(DEFAULT_POSE_ANGLES if pose_angles is None else pose_angles)
         if not set(self.pose_angles) <= set(POSE_ANGLES):
             raise ValueError(f"wplus.pose_angles must be among {list(POSE_ANGLES)}, got {list(self.pose_angles)}")
@@ -60,7 +63,9 @@ class WPlusLatents:
 
         generator = self.generator_on(x.device)
         if int(steps) > 0:
-            return invert_wplus(x, int(steps), generator=generator, identity_weight=float(identity_weight), pose_angles=self.pose_angles).wplus
+            return invert_wplus(
+                x, int(steps), generator=generator, identity_weight=float(identity_weight), face_weight=self.face_weight, pose_angles=self.pose_angles
+            ).wplus
         start = encode_wplus(x, generator=generator, pose_angles=self.pose_angles)
         return generator.mean_wplus(x.shape[0]).to(x) if start is None else start
 
