@@ -241,6 +241,35 @@ def test_refinement_lowers_the_reconstruction_loss(generator):
     assert result.losses[-1] < 0.8 * result.losses[0]
 
 
+@needs_wheel
+def test_a_cpu_draws_a_batch_face_by_face_with_the_same_images(generator, monkeypatch):
+    """On a CPU the synthesis splits a batch into :data:`CPU_CHUNK` faces at a time (faster there); the images, and an
+    inversion's fit, are the same as drawing the whole batch at once, and each face's fit is its own."""
+    import zoo.nn.mobilestylegan as msg
+    from zoo.inversion import refine_wplus
+
+    assert msg.CPU_CHUNK == 1
+    with torch.no_grad():
+        styles = torch.cat([generator.style(_z(4_000_002 + i), psi=0.8) for i in range(3)])
+        target = F.avg_pool2d(generator.synthesis(styles, size=1024), 4)
+    recorded = styles.clone().requires_grad_(True)  # autograd records the draw: a CPU splits the batch
+    apart = {size: generator.synthesis(recorded, size, draft=size == 256).detach() for size in (256, 512)}
+    apart_fit = refine_wplus(target, steps=3, generator=generator, face_weight=1.0)
+    alone_fit = refine_wplus(target[1:2], steps=3, generator=generator, face_weight=1.0)
+    monkeypatch.setattr(msg, "CPU_CHUNK", 3)
+    for size, image in apart.items():
+        assert image.shape == (3, 3, size, size)
+        assert (generator.synthesis(recorded, size, draft=size == 256).detach() - image).abs().max() < 1e-3
+    together_fit = refine_wplus(target, steps=3, generator=generator, face_weight=1.0)
+    start = refine_wplus(target, steps=0, generator=generator).image
+    changed = (together_fit.image - start).abs().mean()
+    assert changed > 0.01  # the fit changed the faces, so the comparisons below mean something
+    # compared through the images: Adam's first steps move a coordinate whose gradient is near zero by the learning
+    # rate either way, so codes may differ in coordinates the picture does not depend on
+    assert (apart_fit.image - together_fit.image).abs().mean() < 0.02 * changed
+    assert (apart_fit.image[1:2] - alone_fit.image).abs().mean() < 0.02 * changed
+
+
 def _mesh_pose(generator, wplus: torch.Tensor) -> np.ndarray:
     """Face-mesh (yaw, pitch) in degrees of the face ``wplus [1,23,512]`` draws."""
     from zoo.imageio import from_tensor
