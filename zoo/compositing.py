@@ -59,10 +59,6 @@ FEATURE_POINTS = (
 )
 #: limits of the L-channel spread ratio in :func:`match_colour` (shading kept)
 L_SPREAD_RANGE = (0.8, 1.25)
-#: a reference whose chroma inside the mask (mean distance of (a, b) from grey plus their larger spread, Lab units)
-#: is under this is achromatic (a black-and-white photo): :func:`match_colour` then draws the new face in grey too.
-#: 2.3 is CIE76's just-noticeable difference; real skin in a colour photo lies far above it.
-ACHROMATIC_CHROMA = 2.3
 #: sharpness ratio (Laplacian variance, new / original) accepted without change
 SHARPNESS_BAND = (0.8, 1.25)
 #: the strongest unsharp mask :func:`match_sharpness` applies (amount of the 1 px detail added back)
@@ -199,9 +195,7 @@ def delta_e(a: np.ndarray, b: np.ndarray) -> float:
 
 def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """uint8 ``new`` with its Lab statistics inside ``mask`` (weights, same [H, W]) moved to ``reference``'s:
-    every channel's mean, the a/b spread, and the L spread within :data:`L_SPREAD_RANGE` (shading kept). An
-    achromatic reference (:data:`ACHROMATIC_CHROMA`: a black-and-white photo) gets a grey face: every channel equal
-    to the moved lightness's grey."""
+    every channel's mean, the a/b spread, and the L spread within :data:`L_SPREAD_RANGE` (shading kept)."""
     wgt = np.asarray(mask, dtype=np.float64).reshape(-1, 1)
     if wgt.sum() < 4:
         return np.array(new, dtype=np.uint8, copy=True)
@@ -220,9 +214,6 @@ def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np
     ratio[1:] = np.clip(ratio[1:], 0.5, 2.0)
     moved = (lab_new - mu_n) * ratio + mu_r
     moved[..., 0] = np.clip(moved[..., 0], 0, 100)
-    if float(np.hypot(mu_r[1], mu_r[2]) + sd_r[1:].max()) < ACHROMATIC_CHROMA:
-        moved[..., 1:] = 0.0
-        return np.repeat(_rgb(moved)[..., :1], 3, axis=-1)
     return _rgb(moved)
 
 
