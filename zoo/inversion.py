@@ -57,12 +57,15 @@ ALIGN_SIZE = 256
 #: face on 2 cores (about 0.16 s per step: 6.9 s per face at 40, 10.1 at 60).
 DEFAULT_STEPS = 40
 DEFAULT_IDENTITY_WEIGHT = 1.0
-#: the face-region term of :func:`reconstruction_loss` in the default inversion. On the 20 tuning faces, 40 steps, one
-#: thread, medians (face PSNR and face-mesh distance as ``benchmarks.reconstruct_real`` measures them, ``--start default
-#: --face-weight W``; PSNR of the whole 256 px crop besides): W = 0 / 1 / 3 gave face PSNR 23.4 / 25.8 / 26.9 dB,
-#: face-mesh distance 6.8 / 4.6 / 4.0 px, whole-crop PSNR 22.7 / 22.9 / 22.1 dB. 1 improves all three; 3 gives the
-#: background away. The W+ methods fit without it (config ``wplus.face_weight``, 0).
-DEFAULT_FACE_WEIGHT = 1.0
+#: the face-region term of :func:`reconstruction_loss` in the default inversion, chosen with SFace's identity weight
+#: on the 20 tuning faces at 40 steps, without dlib (``python -m benchmarks.reconstruct_real --split tuning --no-dlib
+#: --start default --steps 40 --identity-weight I --face-weight W``, ``benchmarks/results/inversion_weights/``). Medians
+#: for (I, W) = (1, 1) / (1, 2) / (1, 3) / (0.5, 1) / (2, 1) / (2, 3): face PSNR 25.7 / 26.6 / 26.8 / 26.3 / 24.9 / 25.9
+#: dB, face-mesh distance 4.25 / 4.62 / 3.91 / 4.42 / 6.59 / 5.13 px, FaceRes cosine to the original (the guard's
+#: recognizer, in no loss) 0.771 / 0.795 / 0.807 / 0.792 / 0.770 / 0.773. (1, 3) is the best on all three; the whole
+#: 256 px crop loses 0.8 dB (22.8 -> 22.0), but ``zoo reconstruct`` pastes back only the face region this term weighs.
+#: The W+ methods fit without it (config ``wplus.face_weight``, 0).
+DEFAULT_FACE_WEIGHT = 3.0
 DEFAULT_LR = 0.04
 #: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them
 POSE_ANGLES = ("yaw", "pitch")
