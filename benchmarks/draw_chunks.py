@@ -25,7 +25,7 @@ from typing import Callable
 import torch
 
 import zoo.nn.mobilestylegan as msg
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, run_seconds, write_results
 from zoo.inversion import DEFAULT_FACE_WEIGHT, DEFAULT_IDENTITY_WEIGHT, draw_fitted, refine_wplus
 
 OUT = Path(__file__).resolve().parent / "results" / "draw_chunks_cpu"
@@ -34,16 +34,6 @@ KINDS = ("draft", "256", "512", "step")
 
 def _ints(text: str) -> list[int]:
     return [int(t) for t in text.split(",") if t.strip()]
-
-
-def _seconds(fn: Callable[[], object], repeat: int) -> list[float]:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return times
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -78,10 +68,10 @@ def main(argv: list[str] | None = None) -> dict:
                 }
                 for kind in KINDS:
                     if kind == "step":
-                        times = _seconds(jobs[kind], args.repeat)
+                        times = run_seconds(jobs[kind], args.repeat)
                     else:
                         with torch.inference_mode():
-                            times = _seconds(jobs[kind], args.repeat)
+                            times = run_seconds(jobs[kind], args.repeat)
                     per = [t / n for t in times]
                     rows.append(
                         {

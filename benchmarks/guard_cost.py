@@ -13,25 +13,18 @@ from __future__ import annotations
 import argparse
 import os
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, run_seconds, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 OUT = Path(__file__).resolve().parent / "results" / "guard_cost_cpu"
 
 
 def _median_seconds(fn, repeats: int) -> float:
-    fn()
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return float(np.median(times))
+    return float(np.median(run_seconds(fn, repeats)))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -5,12 +5,25 @@ from __future__ import annotations
 import json
 import shlex
 import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 
 def command_line(module: str, argv: list[str] | None) -> str:
     """The command that reproduces a run: ``python -m <module> <args>`` (``argv`` None: this process's own)."""
     return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
+
+
+def run_seconds(fn: Callable[[], object], repeat: int) -> list[float]:
+    """Wall seconds of each of ``repeat`` calls of ``fn``, after one untimed warm-up call."""
+    fn()
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
 
 
 def write_results(out: Path, result: dict, markdown_lines: list[str]) -> None:
