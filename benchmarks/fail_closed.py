@@ -38,7 +38,7 @@ MIN_JUDGED = 20.0
 KEY, WRONG_KEY = "fail-closed benchmark key", "some other key"
 
 
-def _judge_faces(ref: np.ndarray, boxes: np.ndarray) -> list:
+def judge_places(ref: np.ndarray, boxes: np.ndarray) -> list:
     """DetectedFace per known box, with landmarks from the zoo's detector on the unprocessed photo (None where it finds
     no face there: that face is checked for being untouched but not judged)."""
     from zoo.detection import detect_faces
@@ -120,7 +120,7 @@ def main(argv: list[str] | None = None) -> int:
             for how in a.transforms.split(","):
                 img, _ = RP.transformed(rgb, boxes, how)
                 ref, ref_boxes = RP.upright_reference(rgb, boxes, how)
-                faces = _judge_faces(ref, ref_boxes)
+                faces = judge_places(ref, ref_boxes)
                 result_obj = method.anonymize(img, key=KEY) if keyed else method.anonymize(img)
                 out = RP.undo(np.asarray(result_obj), how)
                 got = judge(ref, out, ref_boxes, faces, judges)

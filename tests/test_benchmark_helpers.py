@@ -103,3 +103,33 @@ def test_default_tier_helpers_pick_the_methods_own_run_and_drop_unmeasured_leave
     assert _own_command(rerun, "hford") == "python -m benchmarks.wrong_keys --methods dbaf,hford --keys 2"
     tree = {"a": {"value": 1.0}, "b": None, "c": {"d": None, "e": {"value": 0.0}}, "f": {"g": None}}
     assert _pruned(tree) == {"a": {"value": 1.0}, "c": {"e": {"value": 0.0}}}
+
+
+def test_method_inversion_settings_and_summary():
+    import pytest
+
+    from benchmarks.method_inversion import FACERES_LINE, SFACE_LINE, box_psnr, parse_settings, summarise
+
+    assert parse_settings("20:0,40:3") == [(20, 0.0), (40, 3.0)]
+    for bad in ("20", "a:1", "20:-1"):
+        with pytest.raises(SystemExit):
+            parse_settings(bad)
+    a = np.zeros((10, 10, 3), np.uint8)
+    b = a.copy()
+    b[2:4, 2:4] = 10  # 4 of the box's 16 pixels off by 10 -> MSE 25
+    assert abs(box_psnr(a, b, [1, 1, 5, 5]) - 10 * np.log10(255.0**2 / 25)) < 1e-6
+    assert box_psnr(a, b, [6, 6, 9, 9]) > 80  # untouched region: as good as identical
+    near = {"anonymized_sface": 0.9, "anonymized_faceres": 0.6, "recovered_sface": SFACE_LINE - 0.1, "recovered_faceres": FACERES_LINE - 0.1}
+    far = {**near, "recovered_faceres": FACERES_LINE + 0.1}
+    rows = [
+        {"blurred": False, "wider": False, "recovered_psnr_db": 20.0, "yaw_change": 1.0, "anonymized_dlib": 0.7, "recovered_dlib": 0.3, **near},
+        {"blurred": True, "wider": True, "recovered_psnr_db": 30.0, "yaw_change": 50.0, "anonymized_dlib": 0.5, "recovered_dlib": 0.7, **far},
+        {"blurred": False, "wider": False},  # no landmarks there: counted, not judged
+    ]
+    s = summarise(rows, [6.0], dlib_thr=0.6)
+    assert (s["faces"], s["judged"], s["blurred"], s["wider"]) == (3, 2, 1, 1)
+    assert s["recovered_within_both_lines"]["k"] == 1 and s["recovered_within_both_lines"]["n"] == 2
+    assert s["yaw_change_median"] == 1.0  # over the faces not blurred
+    assert s["recovered_psnr_db_median"] == 25.0 and s["seconds_per_face"] == 2.0
+    assert s["anonymized_dlib_same"]["k"] == 1 and s["recovered_dlib_same"]["k"] == 1
+    assert "anonymized_dlib_same" not in summarise(rows, [6.0], dlib_thr=None)

@@ -282,10 +282,10 @@ def test_default_wplus_anonymizes_a_real_photo_and_recovers_it(astronaut_rgb, mo
         assert sface.distance(original, sface.embed_photo_faces(wrong, place))[0] > line
 
 
-def test_the_wplus_space_takes_its_pose_angles_and_face_weight_from_the_config(monkeypatch):
+def test_the_wplus_space_takes_its_pose_angles_from_the_config_and_the_face_term_per_call(monkeypatch):
     """``wplus.pose_angles``: which angles the inversion turns the encoder's start to (default yaw only); anything
-    but yaw and pitch is refused with a one-line error. ``wplus.face_weight`` reaches the inversion (the methods'
-    default: 0)."""
+    but yaw and pitch is refused with a one-line error. The face-region term's weight reaches the inversion per call
+    (0 unless asked for)."""
     import zoo.inversion as inv
     from zoo.methods.wplus_latents import WPlusLatents
 
@@ -298,16 +298,40 @@ def test_the_wplus_space_takes_its_pose_angles_and_face_weight_from_the_config(m
         return inv.InversionResult(torch.zeros(x.shape[0], NUM_SLOTS, STYLE_DIM), x, [], 0.0)
 
     monkeypatch.setattr(inv, "invert_wplus", fake_invert)
-    space = WPlusLatents.__new__(WPlusLatents)  # no generator needed for the call below
-    space.generator_on, space.pose_angles, space.face_weight = (lambda device: None), ("yaw", "pitch"), 0.5
+    space = WPlusLatents.__new__(WPlusLatents)  # no generator needed for the calls below
+    space.generator_on, space.pose_angles = (lambda device: None), ("yaw", "pitch")
+    space.encode(torch.zeros(1, 3, 256, 256), steps=2, face_weight=0.5)
     space.encode(torch.zeros(1, 3, 256, 256), steps=2)
-    assert seen == [(("yaw", "pitch"), 0.5)] and inv.DEFAULT_POSE_ANGLES == ("yaw",)
-    import json
-    from pathlib import Path
+    assert seen == [(("yaw", "pitch"), 0.5), (("yaw", "pitch"), 0.0)] and inv.DEFAULT_POSE_ANGLES == ("yaw",)
 
-    weights = Path(__file__).resolve().parents[1] / "zoo" / "weights"
-    shipped = [json.loads((weights / name / "method.json").read_text())["config"] for name in ("dbaf", "hford", "ifadit", "personal")]
-    assert all(float(c["wplus"].get("face_weight", 0.0)) == 0.0 for c in shipped)  # the methods fit as measured
+
+def test_the_face_fit_control_reaches_the_inversion_and_keys_the_code_cache(monkeypatch):
+    """``face_fit`` (a W+ method's control, default 0) is the face-region weight of the original face's fit; faces fitted
+    with another weight are not taken from the call's code cache."""
+    import zoo
+    from zoo.methods.latent_demo import FACE_FIT_CONTROL, FIT_CONTROLS, LatentDemoMethod
+    from zoo.methods.wplus_latents import WPlusLatents
+
+    assert FACE_FIT_CONTROL in FIT_CONTROLS and FACE_FIT_CONTROL.default == 0.0
+    method = zoo.load("dbaf").use_latent_space("wplus")
+    assert "face_fit" in {c.name for c in method.controls}
+    weights = []
+    real = WPlusLatents.encode
+
+    def recording(self, x, steps=0, identity_weight=0.0, face_weight=0.0):
+        weights.append(face_weight)
+        return real(self, x, 0, identity_weight, face_weight)  # no refinement: only what reaches it matters here
+
+    monkeypatch.setattr(WPlusLatents, "encode", recording)
+    x = torch.zeros(1, 3, 256, 256)
+    with method.run_scope():
+        method.encode_cached(x, 2, 0.0, 0.0, 3.0)
+        method.encode_cached(x, 2, 0.0, 0.0, 3.0)  # cached
+        method.encode_cached(x, 2, 0.0, 0.0, 0.0)  # another fit: inverted again
+    assert weights == [3.0, 0.0]
+    assert LatentDemoMethod._code_rows(x, 2, 0.0, 0.0, 3.0) != LatentDemoMethod._code_rows(x, 2, 0.0, 0.0, 0.0)
+    with pytest.raises(ValueError, match="W\\+ tier only"):
+        zoo.load("dbaf").use_latent_space("dcgan").encode(torch.zeros(1, 3, 64, 64), 0, face_fit=3.0)
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

@@ -44,40 +44,22 @@ import torch
 
 from ..keys import KeyMaterial
 from ..nn.dcgan import LATENT_DIM, DCGANGenerator, InversionEncoder, invert
-from .base import Control, NeuralMethod
+from .base import NeuralMethod
+from .fit_controls import FACE_FIT_CONTROL, FIT_CONTROLS, IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL
 from .wplus_latents import WPlusLatents
 
-__all__ = ["LatentDemoMethod", "KeyedInvolutionDemo", "DEMO_LABEL", "REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FIT_CONTROLS"]
+__all__ = [
+    "LatentDemoMethod",
+    "KeyedInvolutionDemo",
+    "DEMO_LABEL",
+    "REFINE_CONTROL",
+    "IDENTITY_REFINE_CONTROL",
+    "IDENTITY_CHECK_CONTROL",
+    "FACE_FIT_CONTROL",
+    "FIT_CONTROLS",
+]
 
 DEMO_LABEL = "demo: 64 px, trained here on synthetic faces (packaged DCGAN backbone); not the paper's weights"
-REFINE_CONTROL = Control(
-    "refine_steps", "int", 20, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
-)
-#: The identity-aware pass (zoo.nn.dcgan.refine_latent with SFace's identity term). After the
-#: ``refine_steps`` pixel steps, a face whose reconstruction SFace puts below ``identity_check`` cosine to
-#: the input is inverted again, from the encoder's code, with ``identity_steps`` (config, default 40) steps
-#: that add the identity term at weight ``identity_refine``. On the packaged photos' 7 faces the pixel fit leaves SFace cosine -0.003..0.384;
-#: on 60 held-out generated faces 0.42..0.92, so at 0.4 the pass runs on real faces, and generated faces
-#: keep the pixel fit and its speed. Real photos' recovery then moves back toward the person
-#: (benchmarks/photo_recovery.py, docs/dbaf_hford.md), at the cost benchmarks/demo_speed.py measures.
-IDENTITY_REFINE_CONTROL = Control(
-    "identity_refine",
-    "float",
-    1.0,
-    0.0,
-    10.0,
-    "weight of the identity (SFace) term in the extra refinement of faces the pixel fit leaves far in identity (0 = pixels only)",
-)
-IDENTITY_CHECK_CONTROL = Control(
-    "identity_check",
-    "float",
-    0.4,
-    0.0,
-    1.0,
-    "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)",
-)
-#: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
-FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL)
 
 
 def _checked_space(space: Any) -> str:
@@ -168,7 +150,7 @@ class LatentDemoMethod(NeuralMethod):
             return None
         if "_wplus" not in self.__dict__:
             settings = self.config.get("wplus") or {}
-            self._wplus = WPlusLatents(settings.get("pose_angles"), float(settings.get("face_weight", 0.0)))
+            self._wplus = WPlusLatents(settings.get("pose_angles"))
         return self._wplus
 
     def identity_code(self, code: torch.Tensor) -> torch.Tensor:
@@ -191,7 +173,7 @@ class LatentDemoMethod(NeuralMethod):
         """Steps of the identity-aware refinement (config ``identity_steps``, default 40; :data:`IDENTITY_CHECK_CONTROL`)."""
         return int(self.config.get("identity_steps", 40))
 
-    def encode(self, x: torch.Tensor, refine_steps: int = 0, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, refine_steps: int = 0, identity_refine: float = 0.0, identity_check: float = 0.0, face_fit: float = 0.0) -> torch.Tensor:
         """Aligned faces ``[N,3,64,64]`` in [-1,1] -> latents ``[N,100]``.
 
         The inversion encoder, then ``refine_steps`` pixel (L1) refinement steps; then, with
@@ -204,7 +186,9 @@ class LatentDemoMethod(NeuralMethod):
         if self.wplus is not None:
             # W+: the identity term joins every refinement step when the check is on (no separate pass)
             weight = float(identity_refine) if float(identity_check) > 0 else 0.0
-            return self.wplus.encode(x, int(refine_steps), weight)
+            return self.wplus.encode(x, int(refine_steps), weight, float(face_fit))
+        if float(face_fit) > 0:
+            raise ValueError(f"face_fit works on the W+ tier only ({self.name} runs on the 64 px DCGAN here)")
         generator = self.components["generator"]
         z = invert(generator, self.components["encoder"], x, int(refine_steps))
         check, weight = float(identity_check), float(identity_refine)
@@ -276,11 +260,11 @@ class LatentDemoMethod(NeuralMethod):
                     self.__dict__.pop("_code_cache", None)
 
     @staticmethod
-    def _code_rows(x: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float) -> list[bytes]:
+    def _code_rows(x: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float, face_fit: float = 0.0) -> list[bytes]:
         """Cache keys of the code cache: each face's pixels and the inversion settings."""
         import hashlib
 
-        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}", "ascii")
+        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}|{float(face_fit)!r}", "ascii")
         return [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + setting, digest_size=16).digest() for i in range(x.shape[0])]
 
     def _scope_cache(self):
@@ -300,24 +284,28 @@ class LatentDemoMethod(NeuralMethod):
             while len(cache) > 256:
                 cache.popitem(last=False)
 
-    def encode_cached(self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0) -> torch.Tensor:
+    def encode_cached(
+        self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0, face_fit: float = 0.0
+    ) -> torch.Tensor:
         """:meth:`encode`, remembering the faces' codes for the rest of the call (:meth:`run_scope`): the
         privacy guard's key variants (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat
         the GAN inversion. Outside a call scope it is :meth:`encode`."""
         cache = self._scope_cache()
         if cache is None:
-            return self.encode(x, refine_steps, identity_refine, identity_check)
-        rows = self._code_rows(x, refine_steps, identity_refine, identity_check)
+            return self.encode(x, refine_steps, identity_refine, identity_check, face_fit)
+        rows = self._code_rows(x, refine_steps, identity_refine, identity_check, face_fit)
         with self._code_lock:
             known = {r: cache[r] for r in rows if r in cache}
         missing = [i for i, r in enumerate(rows) if r not in known]
         if missing:
-            codes = self.encode(x[missing], refine_steps, identity_refine, identity_check).detach()
+            codes = self.encode(x[missing], refine_steps, identity_refine, identity_check, face_fit).detach()
             self._remember(cache, [rows[i] for i in missing], codes)
             known.update({rows[i]: z for i, z in zip(missing, codes)})
         return torch.stack([known[r] for r in rows]).to(x.device, x.dtype)
 
-    def _remember_anonymized(self, y: torch.Tensor, codes: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float) -> None:
+    def _remember_anonymized(
+        self, y: torch.Tensor, codes: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float, face_fit: float
+    ) -> None:
         """W+ only, inside a call: remember the exact W+ of each anonymized face under its saved (uint8) pixels,
         so that recovering it in the same call (the privacy guard's wrong-key probe) starts from the code it
         was drawn from instead of inverting it again (what a perfect inversion of the saved face would give)."""
@@ -327,7 +315,7 @@ class LatentDemoMethod(NeuralMethod):
         from ..imageio import from_tensor, to_tensor
 
         saved = to_tensor(from_tensor(y.detach().float().cpu()), self.resolution)
-        self._remember(cache, self._code_rows(saved, refine_steps, identity_refine, identity_check), codes)
+        self._remember(cache, self._code_rows(saved, refine_steps, identity_refine, identity_check, face_fit), codes)
 
     def anonymize_faces_carrying(
         self,
@@ -336,6 +324,7 @@ class LatentDemoMethod(NeuralMethod):
         refine_steps: int = 20,
         identity_refine: float | None = None,
         identity_check: float | None = None,
+        face_fit: float = 0.0,
         **controls: Any,
     ):
         """(X_anon ``[N,3,R,R]``, carried): the faces and what the carrier writes into each (:mod:`zoo.carrier`):
@@ -345,12 +334,12 @@ class LatentDemoMethod(NeuralMethod):
         the key undoes exactly."""
         self._check_keys(x, keys)
         identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
-        code = self.encode_cached(x, refine_steps, identity_refine, identity_check)
+        code = self.encode_cached(x, refine_steps, identity_refine, identity_check, face_fit)
         u_anon = self.anonymized_code(self.identity_code(code), keys, **controls)
         code_anon = self.with_identity(code, u_anon, keys)
         drawn = self.drawn_code(x, code_anon)
         y = self.decode(drawn)
-        self._remember_anonymized(y, drawn, refine_steps, identity_refine, identity_check)
+        self._remember_anonymized(y, drawn, refine_steps, identity_refine, identity_check, face_fit)
         carried = {"latent": u_anon}
         if self.wplus is not None:
             carried["code"] = self.wplus.carried_rows(code_anon)
@@ -382,12 +371,19 @@ class LatentDemoMethod(NeuralMethod):
         refine_steps: int = 20,
         identity_refine: float | None = None,
         identity_check: float | None = None,
+        face_fit: float = 0.0,
         **controls: Any,
     ) -> torch.Tensor:
-        return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, **controls)[0]
+        return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, face_fit, **controls)[0]
 
     def anonymized_codes(
-        self, y: torch.Tensor, carried: Sequence[Any] | None, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0
+        self,
+        y: torch.Tensor,
+        carried: Sequence[Any] | None,
+        refine_steps: int,
+        identity_refine: float = 0.0,
+        identity_check: float = 0.0,
+        face_fit: float = 0.0,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """(code, u_anon ``[N,100]``) of anonymized faces ``y``.
 
@@ -408,11 +404,11 @@ class LatentDemoMethod(NeuralMethod):
                 code[rows] = self.wplus.from_carried_rows(torch.stack([torch.as_tensor(parts[i]["code"]) for i in rows]).to(y))
             invert = [i for i in range(y.shape[0]) if i not in rows]
             if invert:
-                code[invert] = self.encode_cached(y[invert], refine_steps, identity_refine, identity_check)
+                code[invert] = self.encode_cached(y[invert], refine_steps, identity_refine, identity_check, face_fit)
             if no_latent:
                 u[no_latent] = self.identity_code(code[no_latent])
         elif no_latent:
-            u[no_latent] = self.encode(y[no_latent], refine_steps, identity_refine, identity_check) * self.anonymized_code_scale
+            u[no_latent] = self.encode(y[no_latent], refine_steps, identity_refine, identity_check, face_fit) * self.anonymized_code_scale
         for i, p in enumerate(parts):
             if p.get("latent") is not None:
                 u[i] = torch.as_tensor(p["latent"], dtype=y.dtype, device=y.device)
@@ -431,10 +427,11 @@ class LatentDemoMethod(NeuralMethod):
         carried: Sequence[Any] | None = None,
         identity_refine: float | None = None,
         identity_check: float | None = None,
+        face_fit: float = 0.0,
         **controls: Any,
     ) -> torch.Tensor:
         self._check_keys(y, keys)
-        code, u_anon = self.anonymized_codes(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check))
+        code, u_anon = self.anonymized_codes(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check), face_fit)
         u = self.recovered_code(u_anon, keys, **controls)
         from ..nn.wplus_identity import carried_deviation_slots
 
@@ -444,10 +441,10 @@ class LatentDemoMethod(NeuralMethod):
         return self.decode(torch.cat(faces) if faces else self.with_identity(code, u, keys, True))
 
     def reconstruct_faces(
-        self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None
+        self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, face_fit: float = 0.0
     ) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
-        return self.decode(self.encode(x, refine_steps, *self.identity_controls(identity_refine, identity_check)))
+        return self.decode(self.encode(x, refine_steps, *self.identity_controls(identity_refine, identity_check), face_fit))
 
     def save_pretrained(self, folder) -> Any:
         """As :meth:`NeuralMethod.save_pretrained`, with the trained encoder stored in fp16 (halves the

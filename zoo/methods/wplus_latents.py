@@ -20,17 +20,16 @@ class WPlusLatents:
     latent the keyed transforms were trained on). :meth:`encode` = the W+ encoder's estimate, then
     ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's pose
     (:func:`~zoo.inversion.invert_wplus`; ``pose_angles``: which angles, method config ``wplus.pose_angles``;
-    ``face_weight``: the face-region term of :func:`~zoo.inversion.reconstruction_loss`, method config
-    ``wplus.face_weight``, 0 unless a config sets it: the methods' whole-photo numbers are measured without it).
+    ``face_weight``: the face-region term of :func:`~zoo.inversion.reconstruction_loss`, the methods' control
+    ``face_fit``, 0 by default).
     """
 
     resolution = 256
 
-    def __init__(self, pose_angles: Sequence[str] | None = None, face_weight: float = 0.0):
+    def __init__(self, pose_angles: Sequence[str] | None = None):
         from ..inversion import DEFAULT_POSE_ANGLES, POSE_ANGLES
         from ..nn.wplus_identity import load_wplus_identity
 
-        self.face_weight = float(face_weight)
         self.pose_angles = tuple(DEFAULT_POSE_ANGLES if pose_angles is None else pose_angles)
         if not set(self.pose_angles) <= set(POSE_ANGLES):
             raise ValueError(f"wplus.pose_angles must be among {list(POSE_ANGLES)}, got {list(self.pose_angles)}")
@@ -58,13 +57,13 @@ class WPlusLatents:
         residual = torch.stack([torch.randn(c * c, generator=k.generator(f"{context}/wplus/residual")) for k in keys])
         return self.identity.rotations(normals, residual)
 
-    def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0) -> torch.Tensor:
+    def encode(self, x: torch.Tensor, steps: int = 0, identity_weight: float = 0.0, face_weight: float = 0.0) -> torch.Tensor:
         from ..inversion import encode_wplus, invert_wplus
 
         generator = self.generator_on(x.device)
         if int(steps) > 0:
             return invert_wplus(
-                x, int(steps), generator=generator, identity_weight=float(identity_weight), face_weight=self.face_weight, pose_angles=self.pose_angles
+                x, int(steps), generator=generator, identity_weight=float(identity_weight), face_weight=float(face_weight), pose_angles=self.pose_angles
             ).wplus
         start = encode_wplus(x, generator=generator, pose_angles=self.pose_angles)
         return generator.mean_wplus(x.shape[0]).to(x) if start is None else start

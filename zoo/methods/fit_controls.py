@@ -1,0 +1,50 @@
+"""The controls of the demo methods that shape the GAN inversion of the original face (every one is passed to
+:meth:`zoo.methods.latent_demo.LatentDemoMethod.encode`)."""
+
+from __future__ import annotations
+
+from .base import Control
+
+__all__ = ["REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FACE_FIT_CONTROL", "FIT_CONTROLS"]
+
+REFINE_CONTROL = Control(
+    "refine_steps", "int", 20, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
+)
+#: The identity-aware pass (zoo.nn.dcgan.refine_latent with SFace's identity term). After the
+#: ``refine_steps`` pixel steps, a face whose reconstruction SFace puts below ``identity_check`` cosine to
+#: the input is inverted again, from the encoder's code, with ``identity_steps`` (config, default 40) steps
+#: that add the identity term at weight ``identity_refine``. On the packaged photos' 7 faces the pixel fit leaves SFace cosine -0.003..0.384;
+#: on 60 held-out generated faces 0.42..0.92, so at 0.4 the pass runs on real faces, and generated faces
+#: keep the pixel fit and its speed. Real photos' recovery then moves back toward the person
+#: (benchmarks/photo_recovery.py, docs/dbaf_hford.md), at the cost benchmarks/demo_speed.py measures.
+IDENTITY_REFINE_CONTROL = Control(
+    "identity_refine",
+    "float",
+    1.0,
+    0.0,
+    10.0,
+    "weight of the identity (SFace) term in the extra refinement of faces the pixel fit leaves far in identity (0 = pixels only)",
+)
+IDENTITY_CHECK_CONTROL = Control(
+    "identity_check",
+    "float",
+    0.4,
+    0.0,
+    1.0,
+    "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)",
+)
+#: The face-region term of the W+ refinement (:func:`zoo.inversion.reconstruction_loss`: the pixel loss again inside
+#: the face, brows to chin, at this weight). 0 (the default) fits the whole crop only. ``face_fit=3`` with
+#: ``refine_steps=40`` is ``zoo reconstruct``'s fit: on the tuning photos (``benchmarks/method_inversion.py``) the
+#: right key then gives back a face 3.5-3.9 dB nearer the original (PSNR over the face box) for about 1.7x the time
+#: per face. W+ tier only.
+FACE_FIT_CONTROL = Control(
+    "face_fit",
+    "float",
+    0.0,
+    0.0,
+    10.0,
+    "weight of the face-region term in the refinement (W+ only; 0 = whole crop only; 3 with refine_steps=40 = zoo reconstruct's closer, slower fit)",
+)
+#: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
+FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL, FACE_FIT_CONTROL)
