@@ -40,7 +40,7 @@ import numpy as np
 
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, rows_not_run, write_results
+from benchmarks.report import add_control_option, command_line, method_controls, rows_not_run, write_results
 from zoo.compositing import delta_e, laplacian_variance, mean_lab
 from zoo.detectors import DetectedFace
 from zoo.face3d.landmarks import angle_difference, head_pose, predict_landmarks68
@@ -224,8 +224,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")
     ap.add_argument("--add", action="store_true", help="add to the results file: keep its rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
+    add_control_option(ap)
     ap.add_argument("--summarise", action="store_true", help="only write the summaries again from the results file's face rows")
     args = ap.parse_args(argv)
+    controls = method_controls(args)
     out_path = Path(args.out) if args.out else OUT.with_name(OUT.name + ("_paste" if args.paste else ""))
     if args.summarise:
         write_report(json.loads(out_path.with_suffix(".json").read_text()), out_path)
@@ -250,14 +252,14 @@ def main(argv: list[str] | None = None) -> int:
             if args.paste:
                 m.draws_new_face = False
             t0 = time.perf_counter()
-            result = m.anonymize(rgb, key=KEY)
+            result = m.anonymize(rgb, key=KEY, **controls)
             seconds[method] += time.perf_counter() - t0
             out = np.asarray(result)
             out_boxes = eye.boxes(out)
             recovered = wrong = None
             if m.reversible and not args.no_recovery:
-                recovered = np.asarray(m.recover(out, key=KEY))
-                wrong = np.asarray(m.recover(out, key=KEY + " (wrong)"))
+                recovered = np.asarray(m.recover(out, key=KEY, **controls))
+                wrong = np.asarray(m.recover(out, key=KEY + " (wrong)", **controls))
             for i, ref in enumerate(refs):
                 record = record_at(result, ref.box)
                 status = record.status if record is not None else "not found"

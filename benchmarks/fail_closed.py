@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import real_photos as RP
-from benchmarks.report import command_line, write_results
+from benchmarks.report import add_control_option, command_line, method_controls, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 OUT = Path(__file__).resolve().parent / "results" / "fail_closed"
@@ -99,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--photos", default=",".join(RP.REAL_PHOTOS))
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--add", action="store_true", help="keep the results file's entries of the methods not run now")
+    add_control_option(p)
     a = p.parse_args(argv)
+    controls = method_controls(a)
 
     import zoo
     from zoo.judges import get_judge
@@ -121,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
                 img, _ = RP.transformed(rgb, boxes, how)
                 ref, ref_boxes = RP.upright_reference(rgb, boxes, how)
                 faces = judge_places(ref, ref_boxes)
-                result_obj = method.anonymize(img, key=KEY) if keyed else method.anonymize(img)
+                result_obj = method.anonymize(img, key=KEY, **controls) if keyed else method.anonymize(img, **controls)
                 out = RP.undo(np.asarray(result_obj), how)
                 got = judge(ref, out, ref_boxes, faces, judges)
                 rows[RP.split_of(name)] += got
@@ -129,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                 leaks += [k for k, _ in new]
                 leak_rows += [{"face": k, **r} for k, r in new]
                 if method.reversible and keyed:
-                    rec = method.recover(result_obj, key=WRONG_KEY)
+                    rec = method.recover(result_obj, key=WRONG_KEY, **controls)
                     back = RP.undo(np.asarray(rec), how)
                     got_w = judge(ref, back, ref_boxes, faces, {"dlib": judges["dlib"]})
                     wrong[RP.split_of(name)] += got_w

@@ -26,6 +26,24 @@ def run_seconds(fn: Callable[[], object], repeat: int) -> list[float]:
     return times
 
 
+def add_control_option(parser) -> None:
+    """``--control NAME=VALUE`` / ``-c`` (repeatable): a method control for every run, as ``zoo anonymize -c`` takes it
+    (read with :func:`method_controls`)."""
+    parser.add_argument(
+        "--control", "-c", action="append", default=None, metavar="NAME=VALUE", help="a method control for every run, e.g. -c refine_steps=40 -c face_fit=3"
+    )
+
+
+def method_controls(args) -> dict[str, str]:
+    """The ``--control`` values of :func:`add_control_option` as {name: value} (the method validates them)."""
+    from zoo.cli_args import CLIError, parse_controls
+
+    try:
+        return parse_controls(args.control)
+    except CLIError as e:
+        raise SystemExit(str(e)) from None
+
+
 def write_results(out: Path, result: dict, markdown_lines: list[str]) -> None:
     """``out.json`` from ``result`` and ``out.md`` from ``markdown_lines``, folders made as needed."""
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -42,7 +42,7 @@ import numpy as np
 from benchmarks.appearance import DlibEye, OriginalFace, box_iou, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, write_results
+from benchmarks.report import add_control_option, command_line, method_controls, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "wrong_keys"
 KEY = "wrong-keys"
@@ -145,7 +145,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-probe", action="store_true", help="the privacy guard's wrong-key probe off (guard_wrong_key_check)")
     ap.add_argument("--add", action="store_true", help="keep the results file's rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
+    add_control_option(ap)
     args = ap.parse_args(argv)
+    controls = method_controls(args)
     out_path = Path(args.out) if args.out else OUT
 
     import zoo
@@ -168,16 +170,16 @@ def main(argv: list[str] | None = None) -> int:
             if args.no_probe:
                 m.guard_wrong_key_check = False
             t0 = time.perf_counter()
-            result = m.anonymize(rgb, key=KEY)
+            result = m.anonymize(rgb, key=KEY, **controls)
             seconds[method] += time.perf_counter() - t0
             out = np.asarray(result)
-            right = np.asarray(m.recover(out, key=KEY))
-            jpeg = [m.recover(jpeg_copy(out), key=attacker_key(j)) for j in range(args.jpeg_keys)]
+            right = np.asarray(m.recover(out, key=KEY, **controls))
+            jpeg = [m.recover(jpeg_copy(out), key=attacker_key(j), **controls) for j in range(args.jpeg_keys)]
             with ignoring_the_blocks(m):
-                reinverted = [np.asarray(m.recover(out, key=attacker_key(100 + j))) for j in range(args.reinvert_keys)]
+                reinverted = [np.asarray(m.recover(out, key=attacker_key(100 + j), **controls)) for j in range(args.reinvert_keys)]
             per_face: list[list[dict]] = [[] for _ in refs]
             for j in range(args.keys):
-                attempt = m.recover(out, key=attacker_key(j))
+                attempt = m.recover(out, key=attacker_key(j), **controls)
                 wrong = np.asarray(attempt)
                 ours = guard.distances(originals, guard.photo_embeddings(wrong, [r.place for r in refs]))
                 for i, ref in enumerate(refs):

@@ -133,3 +133,18 @@ def test_method_inversion_settings_and_summary():
     assert s["recovered_psnr_db_median"] == 25.0 and s["seconds_per_face"] == 2.0
     assert s["anonymized_dlib_same"]["k"] == 1 and s["recovered_dlib_same"]["k"] == 1
     assert "anonymized_dlib_same" not in summarise(rows, [6.0], dlib_thr=None)
+
+
+def test_benchmarks_take_method_controls_as_the_cli_does():
+    import argparse
+
+    import pytest
+
+    from benchmarks.report import add_control_option, method_controls
+
+    p = argparse.ArgumentParser()
+    add_control_option(p)
+    assert method_controls(p.parse_args([])) == {}
+    assert method_controls(p.parse_args(["-c", "refine_steps=40", "--control", "face_fit = 3"])) == {"refine_steps": "40", "face_fit": "3"}
+    with pytest.raises(SystemExit, match="name=value"):
+        method_controls(p.parse_args(["-c", "face_fit"]))
