@@ -37,7 +37,8 @@ IDENTITY_CHECK_CONTROL = Control(
 #: the face, brows to chin, at this weight). 0 (the default) fits the whole crop only. ``face_fit=3`` with
 #: ``refine_steps=40`` is ``zoo reconstruct``'s fit: on the tuning photos (``benchmarks/method_inversion.py``) the
 #: right key then gives back a face 3.5-3.9 dB nearer the original (PSNR over the face box) for about 1.7x the time
-#: per face. W+ tier only.
+#: per face; on held-out whole photos the guard then blurs more faces, so it is not the default
+#: (``docs/generator.md``). W+ tier only.
 FACE_FIT_CONTROL = Control(
     "face_fit",
     "float",
