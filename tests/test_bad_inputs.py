@@ -213,6 +213,24 @@ def test_atomic_save_leaves_nothing_half_written(tmp_path, astronaut_rgb, monkey
     assert Path(tmp_path / "r.json").read_text() == '{"a": 1}'
 
 
+def test_signal_right_after_the_temp_file_is_created_leaves_no_temp_file(tmp_path, monkeypatch):
+    """SIGTERM unwinds as SystemExit; landing between the temp file's creation and the write must not leave it."""
+    import os
+
+    import zoo.imageio as imageio
+
+    real_open = os.open
+
+    def open_then_signal(path, flags, mode=0o777):
+        real_open(path, flags, mode)  # the file exists now; the "signal" arrives before the descriptor is kept
+        raise SystemExit(143)
+
+    monkeypatch.setattr(imageio.os, "open", open_then_signal)
+    with pytest.raises(SystemExit):
+        write_text_atomic('{"a": 1}', tmp_path / "group.json")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_animated_gif_is_refused_not_cut_to_one_frame(tmp_path):
     from PIL import Image
 

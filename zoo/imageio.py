@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import io
 import os
-import tempfile
+import secrets
 import warnings
 from pathlib import Path
 from typing import Any
@@ -289,8 +289,11 @@ def to_pil(rgb: np.ndarray, alpha: np.ndarray | None = None) -> Image.Image:
 def _atomic_write(path: str | os.PathLike, write) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    # The name is chosen before the file exists and the file is created inside ``try``: a signal (SIGTERM unwinds
+    # as SystemExit) that lands right after creation still finds the name to remove. Private (0600) like mkstemp.
+    tmp = path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp"
     try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_BINARY", 0), 0o600)
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
