@@ -46,8 +46,8 @@ def drawing_the_anonymized_code(method) -> Iterator[None]:
     """Within: ``method.recover`` draws each face's carried anonymized code as it is, without the keyed inverse (what
     an unsealed block gives anyone)."""
 
-    def draw(y, keys, refine_steps=20, carried=None, identity_refine=None, identity_check=None, **controls):
-        code, _ = method.anonymized_codes(y, carried, refine_steps, *method.identity_controls(identity_refine, identity_check))
+    def draw(y, keys, refine_steps=20, carried=None, identity_refine=None, identity_check=None, face_fit=0.0, **controls):
+        code, _ = method.anonymized_codes(y, carried, method.inversion_fit(refine_steps, identity_refine, identity_check, face_fit))
         return method.decode(code)
 
     method.recover_faces = draw

@@ -23,6 +23,7 @@ import torch
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
 from zoo.face3d.landmarks import angle_difference
+from zoo.methods.fit_controls import InversionFit
 
 OUT = Path(__file__).resolve().parent / "results" / "deviation_slots"
 #: SFace cosine at its published threshold: a face at or above it is blurred by the guard (zoo.guard)
@@ -42,7 +43,7 @@ def measure(method_name: str, faces: list, starts: list[int], keys: int) -> dict
     x = torch.cat([to_tensor(f[3], 256) for f in faces])
     with torch.no_grad():
         original = sface.embed_aligned(x)
-    code = torch.cat([method.encode(x[i : i + 8], 20, 1.0, 0.4).detach() for i in range(0, len(x), 8)])
+    code = torch.cat([method.encode(x[i : i + 8], InversionFit(20, 1.0, 0.4)).detach() for i in range(0, len(x), 8)])
     pose0 = np.array([mesh_head_pose(f[3], template) for f in faces])
     out: dict[int, dict[str, list[float]]] = {s: {"cos": [], "yaw": []} for s in starts}
     for k in range(keys):

@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from training.evaluate import format_entry, load_eval_images, rate
 from zoo import imageio, load
 from zoo.judges import get_judge
+from zoo.methods.fit_controls import InversionFit
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -49,7 +50,7 @@ def main(argv: list[str] | None = None) -> dict:
     e0 = judge.embed_aligned(crops)
     gen = torch.Generator().manual_seed(12345)
     with torch.no_grad():
-        norms = backbone.encode(imageio.to_tensor(crops, backbone.resolution), 20).norm(dim=1, keepdim=True)
+        norms = backbone.encode(imageio.to_tensor(crops, backbone.resolution), InversionFit(20)).norm(dim=1, keepdim=True)
         sets = {
             "prior": [torch.randn(n, 100, generator=gen) for _ in range(args.draws)],
             "at_inverted_norm": [F.normalize(torch.randn(n, 100, generator=gen), dim=1) * norms for _ in range(args.draws)],

@@ -27,6 +27,7 @@ from training.evaluate import load_eval_images, rate
 from zoo import imageio, load
 from zoo.judges import get_judge
 from zoo.keys import Secret
+from zoo.methods.fit_controls import InversionFit
 from zoo.methods.latent_demo import LatentDemoMethod
 from zoo.methods.personal import privacy_angle
 
@@ -58,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
         return imageio.from_tensor(t.float())
 
     with torch.no_grad():
-        z = m.encode(x, 20) if demo else None
+        z = m.encode(x, InversionFit(20)) if demo else None
         rows = []
         for d in range(10):
             if demo:

@@ -25,6 +25,7 @@ import torch
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
 from zoo.face3d.landmarks import angle_difference
+from zoo.methods.fit_controls import InversionFit
 
 OUT = Path(__file__).resolve().parent / "results" / "personal_wplus_levels"
 SFACE_BLUR, FACERES_BLUR = 0.363, 0.6168  # cosines at which the guard blurs (zoo.guard)
@@ -45,7 +46,7 @@ def measure(faces: list, levels: list[int], keys: int) -> dict[int, dict[str, li
     crops = np.stack([f[3] for f in faces])
     x = torch.cat([to_tensor(c, 256) for c in crops])
     ref_s, ref_f = sface.embed_aligned(crops), faceres.embed_aligned(crops)
-    code = torch.cat([method.encode(x[i : i + 8], 20, 1.0, 0.4).detach() for i in range(0, len(x), 8)])
+    code = torch.cat([method.encode(x[i : i + 8], InversionFit(20, 1.0, 0.4)).detach() for i in range(0, len(x), 8)])
     u = method.identity_code(code)
     pose0 = np.array([mesh_head_pose(c, template) for c in crops])
 

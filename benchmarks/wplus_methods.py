@@ -138,8 +138,8 @@ def main(argv: list[str] | None = None) -> int:
             continue
         crops = np.stack([r[3] for r in rows])
         t0 = time.perf_counter()
-        weight, check = first.identity_controls(None, None)
-        codes = torch.cat([first.encode(to_tensor(c[None]), args.steps, weight, check) for c in crops])
+        fit = first.inversion_fit(args.steps, None, None, 0.0)
+        codes = torch.cat([first.encode(to_tensor(c[None]), fit) for c in crops])
         sets[split] = {
             "names": [f"{r[0]}:{r[2]}" for r in rows],
             "crops": crops,

@@ -163,6 +163,7 @@ def test_refine_latent_identity_term_pulls_the_identity_embedding_towards_the_ta
 
 @pytest.mark.slow  # 15 s: three real-face inversions (CI runs it with -m slow)
 def test_identity_refinement_runs_only_on_faces_the_pixel_fit_leaves_far_and_is_validated():
+    from zoo.methods.fit_controls import InversionFit
     from zoo.methods.ifadit import IFADITDemo
 
     m = IFADITDemo.from_config({"backbone": "dcgan", "resolution": 64, "model": {"flow": {"key_dim": 8, "n_blocks": 1, "hidden": [16]}}})
@@ -171,17 +172,17 @@ def test_identity_refinement_runs_only_on_faces_the_pixel_fit_leaves_far_and_is_
         m.components["encoder"].head.bias.copy_(torch.randn(100, generator=gen))
     faces = m.decode(torch.randn(2, 100, generator=gen)).detach().clamp(-1, 1)
     with torch.inference_mode():
-        plain = m.encode(faces, 5)
+        plain = m.encode(faces, InversionFit(5))
         # row 0: the face G(z) itself (its fit is the face), row 1: an unrelated face
         x = torch.cat([m.decode(plain[:1]).clamp(-1, 1), faces[1:]])
-        plain = m.encode(x, 5)
+        plain = m.encode(x, InversionFit(5))
         fit = m.identity_fit(x, plain)
         assert fit[0] - fit[1] > 0.1  # SFace: G(z) is nearer the face it was fitted to than an unrelated face
         check = float(fit[0] + fit[1]) / 2
-        assert torch.equal(m.encode(x, 5, identity_refine=0.0, identity_check=check), plain)  # weight 0: pixels only
-        assert torch.equal(m.encode(x, 5, identity_refine=2.0, identity_check=0.0), plain)  # check 0: never
-        some = m.encode(x, 5, identity_refine=2.0, identity_check=check)
-        every = m.encode(x, 5, identity_refine=2.0, identity_check=1.0)
+        assert torch.equal(m.encode(x, InversionFit(5, 0.0, check)), plain)  # weight 0: pixels only
+        assert torch.equal(m.encode(x, InversionFit(5, 2.0, 0.0)), plain)  # check 0: never
+        some = m.encode(x, InversionFit(5, 2.0, check))
+        every = m.encode(x, InversionFit(5, 2.0, 1.0))
     assert torch.equal(some[0], plain[0])  # a close fit is kept
     assert (some[1] - plain[1]).abs().max() > 1e-4  # a far one is refined for identity
     assert (every[0] - plain[0]).abs().max() > 1e-4
@@ -195,13 +196,16 @@ def test_identity_refinement_runs_only_on_faces_the_pixel_fit_leaves_far_and_is_
 
 def test_identity_reinversion_defaults_per_method_reach_the_tensor_api():
     from zoo import load
+    from zoo.methods.fit_controls import InversionFit
 
     hford, dbaf = load("hford"), load("dbaf")
     # one inversion setting for every demo method: the identity-aware re-inversion on below SFace cosine 0.4
     for m in (hford, dbaf):
-        assert m.validate_controls({})["identity_refine"] == 1.0 and m.identity_controls(None, None) == (1.0, 0.4)
-    assert hford.identity_controls(0.0, None) == (0.0, 0.4)
-    assert dbaf.identity_controls(0.5, 1.0) == (0.5, 1.0)
+        assert m.validate_controls({})["identity_refine"] == 1.0 and m.inversion_fit(20, None, None, 0.0) == InversionFit(20, 1.0, 0.4)
+    assert hford.inversion_fit(20, 0.0, None, 0.0) == InversionFit(20, 0.0, 0.4)
+    assert dbaf.inversion_fit(5, 0.5, 1.0, 3.0) == InversionFit(5, 0.5, 1.0, 3.0)
+    assert InversionFit(5, 0.5, 0.0).identity_weight == 0.0  # the identity term needs the check on
+    assert InversionFit(5, 0.5, 0.4).cache_tag() != InversionFit(5, 0.5, 0.4, 3.0).cache_tag()
 
 
 # ------------------------------------------------------------------------------------------ demo methods
@@ -284,6 +288,7 @@ def test_ifadit_demo_keyed_shift_inverts_with_the_key_and_decorrelates_keys(ifad
 
 
 def test_anonymized_code_scale_moves_codes_to_the_prior_and_recovery_undoes_it():
+    from zoo.methods.fit_controls import InversionFit
     from zoo.methods.personal import PersonalDemo
 
     config = {"backbone": "dcgan", "resolution": 64, "library": {"identities": 100, "k": 10, "seed": 7}}
@@ -299,9 +304,9 @@ def test_anonymized_code_scale_moves_codes_to_the_prior_and_recovery_undoes_it()
         # a face without a carried code is re-inverted: the inversion returns codes at its own radius,
         # so the estimate of z_anon is the inverted code times the scale
         y = scaled.decode(z_anon)
-        estimate = scaled.anonymized_codes(y, None, refine_steps=0)[1]
-        assert torch.allclose(estimate, 1.7 * scaled.encode(y, 0), atol=1e-5)
-        assert torch.equal(scaled.anonymized_codes(y, [z_anon[i].numpy() for i in range(4)], 0)[1], z_anon)
+        estimate = scaled.anonymized_codes(y, None, InversionFit())[1]
+        assert torch.allclose(estimate, 1.7 * scaled.encode(y), atol=1e-5)
+        assert torch.equal(scaled.anonymized_codes(y, [z_anon[i].numpy() for i in range(4)], InversionFit())[1], z_anon)
     with pytest.raises(ValueError, match="anonymized_code_scale"):
         PersonalDemo.from_config({**config, "anonymized_code_scale": 0}).anonymized_code(z, keys)
 

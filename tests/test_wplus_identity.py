@@ -309,6 +309,7 @@ def test_the_face_fit_control_reaches_the_inversion_and_keys_the_code_cache(monk
     """``face_fit`` (a W+ method's control, default 0) is the face-region weight of the original face's fit; faces fitted
     with another weight are not taken from the call's code cache."""
     import zoo
+    from zoo.methods.fit_controls import InversionFit
     from zoo.methods.latent_demo import FACE_FIT_CONTROL, FIT_CONTROLS, LatentDemoMethod
     from zoo.methods.wplus_latents import WPlusLatents
 
@@ -325,13 +326,13 @@ def test_the_face_fit_control_reaches_the_inversion_and_keys_the_code_cache(monk
     monkeypatch.setattr(WPlusLatents, "encode", recording)
     x = torch.zeros(1, 3, 256, 256)
     with method.run_scope():
-        method.encode_cached(x, 2, 0.0, 0.0, 3.0)
-        method.encode_cached(x, 2, 0.0, 0.0, 3.0)  # cached
-        method.encode_cached(x, 2, 0.0, 0.0, 0.0)  # another fit: inverted again
+        method.encode_cached(x, InversionFit(2, face_fit=3.0))
+        method.encode_cached(x, InversionFit(2, face_fit=3.0))  # cached
+        method.encode_cached(x, InversionFit(2))  # another fit: inverted again
     assert weights == [3.0, 0.0]
-    assert LatentDemoMethod._code_rows(x, 2, 0.0, 0.0, 3.0) != LatentDemoMethod._code_rows(x, 2, 0.0, 0.0, 0.0)
+    assert LatentDemoMethod._code_rows(x, InversionFit(2, face_fit=3.0)) != LatentDemoMethod._code_rows(x, InversionFit(2))
     with pytest.raises(ValueError, match="W\\+ tier only"):
-        zoo.load("dbaf").use_latent_space("dcgan").encode(torch.zeros(1, 3, 64, 64), 0, face_fit=3.0)
+        zoo.load("dbaf").use_latent_space("dcgan").encode(torch.zeros(1, 3, 64, 64), InversionFit(face_fit=3.0))
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

@@ -1,11 +1,13 @@
-"""The controls of the demo methods that shape the GAN inversion of the original face (every one is passed to
-:meth:`zoo.methods.latent_demo.LatentDemoMethod.encode`)."""
+"""The controls of the demo methods that shape the GAN inversion of the original face, and :class:`InversionFit`,
+the one value they make that :meth:`zoo.methods.latent_demo.LatentDemoMethod.encode` takes."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from .base import Control
 
-__all__ = ["REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FACE_FIT_CONTROL", "FIT_CONTROLS"]
+__all__ = ["REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FACE_FIT_CONTROL", "FIT_CONTROLS", "InversionFit", "ENCODER_ONLY"]
 
 REFINE_CONTROL = Control(
     "refine_steps", "int", 20, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
@@ -49,3 +51,34 @@ FACE_FIT_CONTROL = Control(
 )
 #: the demo methods' controls that shape the GAN inversion of a face (every one is passed to :meth:`encode`)
 FIT_CONTROLS = (REFINE_CONTROL, IDENTITY_REFINE_CONTROL, IDENTITY_CHECK_CONTROL, FACE_FIT_CONTROL)
+
+
+@dataclass(frozen=True)
+class InversionFit:
+    """How a face is inverted into a code: the four fit controls' values (defaults: the encoder alone, no term on).
+
+    ``refine_steps``: refinement steps after the encoder; ``identity_refine``: weight of SFace's identity term;
+    ``identity_check``: SFace cosine below which that term applies (0 = never, 1 = every face); ``face_fit``:
+    weight of the face-region pixel term (W+ only)."""
+
+    refine_steps: int = 0
+    identity_refine: float = 0.0
+    identity_check: float = 0.0
+    face_fit: float = 0.0
+
+    def __post_init__(self) -> None:
+        for name, cast in (("refine_steps", int), ("identity_refine", float), ("identity_check", float), ("face_fit", float)):
+            object.__setattr__(self, name, cast(getattr(self, name)))
+
+    @property
+    def identity_weight(self) -> float:
+        """The identity term's weight where the check is on, else 0."""
+        return self.identity_refine if self.identity_check > 0 else 0.0
+
+    def cache_tag(self) -> bytes:
+        """These settings as bytes, for keys of a cache of codes (two fits share codes only when every value agrees)."""
+        return f"{self.refine_steps}|{self.identity_refine!r}|{self.identity_check!r}|{self.face_fit!r}".encode("ascii")
+
+
+#: the inversion encoder's estimate alone (no refinement)
+ENCODER_ONLY = InversionFit()

@@ -45,7 +45,7 @@ import torch
 from ..keys import KeyMaterial
 from ..nn.dcgan import LATENT_DIM, DCGANGenerator, InversionEncoder, invert
 from .base import NeuralMethod
-from .fit_controls import FACE_FIT_CONTROL, FIT_CONTROLS, IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL
+from .fit_controls import ENCODER_ONLY, FACE_FIT_CONTROL, FIT_CONTROLS, IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, InversionFit
 from .wplus_latents import WPlusLatents
 
 __all__ = [
@@ -173,25 +173,24 @@ class LatentDemoMethod(NeuralMethod):
         """Steps of the identity-aware refinement (config ``identity_steps``, default 40; :data:`IDENTITY_CHECK_CONTROL`)."""
         return int(self.config.get("identity_steps", 40))
 
-    def encode(self, x: torch.Tensor, refine_steps: int = 0, identity_refine: float = 0.0, identity_check: float = 0.0, face_fit: float = 0.0) -> torch.Tensor:
-        """Aligned faces ``[N,3,64,64]`` in [-1,1] -> latents ``[N,100]``.
+    def encode(self, x: torch.Tensor, fit: InversionFit = ENCODER_ONLY) -> torch.Tensor:
+        """Aligned faces ``[N,3,R,R]`` in [-1,1] -> codes (z ``[N,100]`` on the DCGAN, W+ ``[N,23,512]``).
 
-        The inversion encoder, then ``refine_steps`` pixel (L1) refinement steps; then, with
-        ``identity_refine`` w > 0, every face whose reconstruction SFace puts below ``identity_check``
-        cosine to the input (:data:`IDENTITY_CHECK_CONTROL`; 0 = none, 1 = all) is inverted again from the
-        encoder's code with :attr:`identity_steps` steps that add SFace's identity term at weight w
-        (:func:`~zoo.nn.dcgan.refine_latent`)."""
+        The inversion encoder, then ``fit.refine_steps`` refinement steps. On W+ the identity term (weight
+        ``fit.identity_weight``) and the face-region term (``fit.face_fit``) join every step. On the DCGAN the
+        steps are pixel (L1) steps; then, with ``identity_refine`` w > 0, every face whose reconstruction SFace
+        puts below ``identity_check`` cosine to the input (:data:`IDENTITY_CHECK_CONTROL`; 0 = none, 1 = all)
+        is inverted again from the encoder's code with :attr:`identity_steps` steps that add SFace's identity
+        term at weight w (:func:`~zoo.nn.dcgan.refine_latent`)."""
         if x.shape[-1] != self.resolution:
             raise ValueError(f"{self.name} (demo) works on {self.resolution} px crops, got {tuple(x.shape)}")
         if self.wplus is not None:
-            # W+: the identity term joins every refinement step when the check is on (no separate pass)
-            weight = float(identity_refine) if float(identity_check) > 0 else 0.0
-            return self.wplus.encode(x, int(refine_steps), weight, float(face_fit))
-        if float(face_fit) > 0:
+            return self.wplus.encode(x, fit.refine_steps, fit.identity_weight, fit.face_fit)
+        if fit.face_fit > 0:
             raise ValueError(f"face_fit works on the W+ tier only ({self.name} runs on the 64 px DCGAN here)")
         generator = self.components["generator"]
-        z = invert(generator, self.components["encoder"], x, int(refine_steps))
-        check, weight = float(identity_check), float(identity_refine)
+        z = invert(generator, self.components["encoder"], x, fit.refine_steps)
+        check, weight = fit.identity_check, fit.identity_refine
         if weight <= 0 or check <= 0 or self.identity_steps <= 0:
             return z
         from ..nn.sface import load_sface
@@ -207,12 +206,12 @@ class LatentDemoMethod(NeuralMethod):
             )
         return z
 
-    def identity_controls(self, identity_refine: float | None, identity_check: float | None) -> tuple[float, float]:
-        """(weight, check) with None replaced by this method's control defaults (``controls``)."""
+    def inversion_fit(self, refine_steps: int, identity_refine: float | None, identity_check: float | None, face_fit: float) -> InversionFit:
+        """The fit controls of one call as an :class:`InversionFit`, None replaced by this method's control defaults."""
         defaults = {c.name: c.default for c in self.controls}
         weight = defaults.get("identity_refine", 0.0) if identity_refine is None else identity_refine
         check = defaults.get("identity_check", 0.0) if identity_check is None else identity_check
-        return float(weight), float(check)
+        return InversionFit(refine_steps, weight, check, face_fit)
 
     @torch.no_grad()
     def identity_fit(self, x: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -260,11 +259,11 @@ class LatentDemoMethod(NeuralMethod):
                     self.__dict__.pop("_code_cache", None)
 
     @staticmethod
-    def _code_rows(x: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float, face_fit: float = 0.0) -> list[bytes]:
+    def _code_rows(x: torch.Tensor, fit: InversionFit) -> list[bytes]:
         """Cache keys of the code cache: each face's pixels and the inversion settings."""
         import hashlib
 
-        setting = bytes(f"{int(refine_steps)}|{float(identity_refine)!r}|{float(identity_check)!r}|{float(face_fit)!r}", "ascii")
+        setting = fit.cache_tag()
         return [hashlib.blake2b(x[i].detach().float().cpu().numpy().tobytes() + setting, digest_size=16).digest() for i in range(x.shape[0])]
 
     def _scope_cache(self):
@@ -284,28 +283,24 @@ class LatentDemoMethod(NeuralMethod):
             while len(cache) > 256:
                 cache.popitem(last=False)
 
-    def encode_cached(
-        self, x: torch.Tensor, refine_steps: int, identity_refine: float = 0.0, identity_check: float = 0.0, face_fit: float = 0.0
-    ) -> torch.Tensor:
+    def encode_cached(self, x: torch.Tensor, fit: InversionFit) -> torch.Tensor:
         """:meth:`encode`, remembering the faces' codes for the rest of the call (:meth:`run_scope`): the
         privacy guard's key variants (:mod:`zoo.guard`) re-anonymize the same crops and must not repeat
         the GAN inversion. Outside a call scope it is :meth:`encode`."""
         cache = self._scope_cache()
         if cache is None:
-            return self.encode(x, refine_steps, identity_refine, identity_check, face_fit)
-        rows = self._code_rows(x, refine_steps, identity_refine, identity_check, face_fit)
+            return self.encode(x, fit)
+        rows = self._code_rows(x, fit)
         with self._code_lock:
             known = {r: cache[r] for r in rows if r in cache}
         missing = [i for i, r in enumerate(rows) if r not in known]
         if missing:
-            codes = self.encode(x[missing], refine_steps, identity_refine, identity_check, face_fit).detach()
+            codes = self.encode(x[missing], fit).detach()
             self._remember(cache, [rows[i] for i in missing], codes)
             known.update({rows[i]: z for i, z in zip(missing, codes)})
         return torch.stack([known[r] for r in rows]).to(x.device, x.dtype)
 
-    def _remember_anonymized(
-        self, y: torch.Tensor, codes: torch.Tensor, refine_steps: int, identity_refine: float, identity_check: float, face_fit: float
-    ) -> None:
+    def _remember_anonymized(self, y: torch.Tensor, codes: torch.Tensor, fit: InversionFit) -> None:
         """W+ only, inside a call: remember the exact W+ of each anonymized face under its saved (uint8) pixels,
         so that recovering it in the same call (the privacy guard's wrong-key probe) starts from the code it
         was drawn from instead of inverting it again (what a perfect inversion of the saved face would give)."""
@@ -315,7 +310,7 @@ class LatentDemoMethod(NeuralMethod):
         from ..imageio import from_tensor, to_tensor
 
         saved = to_tensor(from_tensor(y.detach().float().cpu()), self.resolution)
-        self._remember(cache, self._code_rows(saved, refine_steps, identity_refine, identity_check, face_fit), codes)
+        self._remember(cache, self._code_rows(saved, fit), codes)
 
     def anonymize_faces_carrying(
         self,
@@ -333,13 +328,13 @@ class LatentDemoMethod(NeuralMethod):
         that code turned to the input's yaw (:meth:`WPlusLatents.posed`); the code carried is the unturned one, which
         the key undoes exactly."""
         self._check_keys(x, keys)
-        identity_refine, identity_check = self.identity_controls(identity_refine, identity_check)
-        code = self.encode_cached(x, refine_steps, identity_refine, identity_check, face_fit)
+        fit = self.inversion_fit(refine_steps, identity_refine, identity_check, face_fit)
+        code = self.encode_cached(x, fit)
         u_anon = self.anonymized_code(self.identity_code(code), keys, **controls)
         code_anon = self.with_identity(code, u_anon, keys)
         drawn = self.drawn_code(x, code_anon)
         y = self.decode(drawn)
-        self._remember_anonymized(y, drawn, refine_steps, identity_refine, identity_check, face_fit)
+        self._remember_anonymized(y, drawn, fit)
         carried = {"latent": u_anon}
         if self.wplus is not None:
             carried["code"] = self.wplus.carried_rows(code_anon)
@@ -376,15 +371,7 @@ class LatentDemoMethod(NeuralMethod):
     ) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, face_fit, **controls)[0]
 
-    def anonymized_codes(
-        self,
-        y: torch.Tensor,
-        carried: Sequence[Any] | None,
-        refine_steps: int,
-        identity_refine: float = 0.0,
-        identity_check: float = 0.0,
-        face_fit: float = 0.0,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def anonymized_codes(self, y: torch.Tensor, carried: Sequence[Any] | None, fit: InversionFit) -> tuple[torch.Tensor, torch.Tensor]:
         """(code, u_anon ``[N,100]``) of anonymized faces ``y``.
 
         ``carried[i]``: what rode in face i's saved image (:mod:`zoo.carrier`): {"latent": u_anon, "code": W+ rows}
@@ -404,11 +391,11 @@ class LatentDemoMethod(NeuralMethod):
                 code[rows] = self.wplus.from_carried_rows(torch.stack([torch.as_tensor(parts[i]["code"]) for i in rows]).to(y))
             invert = [i for i in range(y.shape[0]) if i not in rows]
             if invert:
-                code[invert] = self.encode_cached(y[invert], refine_steps, identity_refine, identity_check, face_fit)
+                code[invert] = self.encode_cached(y[invert], fit)
             if no_latent:
                 u[no_latent] = self.identity_code(code[no_latent])
         elif no_latent:
-            u[no_latent] = self.encode(y[no_latent], refine_steps, identity_refine, identity_check, face_fit) * self.anonymized_code_scale
+            u[no_latent] = self.encode(y[no_latent], fit) * self.anonymized_code_scale
         for i, p in enumerate(parts):
             if p.get("latent") is not None:
                 u[i] = torch.as_tensor(p["latent"], dtype=y.dtype, device=y.device)
@@ -431,7 +418,7 @@ class LatentDemoMethod(NeuralMethod):
         **controls: Any,
     ) -> torch.Tensor:
         self._check_keys(y, keys)
-        code, u_anon = self.anonymized_codes(y, carried, refine_steps, *self.identity_controls(identity_refine, identity_check), face_fit)
+        code, u_anon = self.anonymized_codes(y, carried, self.inversion_fit(refine_steps, identity_refine, identity_check, face_fit))
         u = self.recovered_code(u_anon, keys, **controls)
         from ..nn.wplus_identity import carried_deviation_slots
 
@@ -444,7 +431,7 @@ class LatentDemoMethod(NeuralMethod):
         self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, face_fit: float = 0.0
     ) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
-        return self.decode(self.encode(x, refine_steps, *self.identity_controls(identity_refine, identity_check), face_fit))
+        return self.decode(self.encode(x, self.inversion_fit(refine_steps, identity_refine, identity_check, face_fit)))
 
     def save_pretrained(self, folder) -> Any:
         """As :meth:`NeuralMethod.save_pretrained`, with the trained encoder stored in fp16 (halves the
@@ -567,7 +554,7 @@ class KeyedInvolutionDemo(LatentDemoMethod):
     @torch.no_grad()
     def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         x = batch["image"]
-        z = self.encode(x, 0)
+        z = self.encode(x)
         p1, p2 = self._random_keys(x.shape[0]), self._random_keys(x.shape[0])
         z_an = self._edit(z, p1)
         return {

@@ -130,11 +130,11 @@ class IFADITDemo(LatentDemoMethod):
     def sample_outputs(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         x = batch["image"]
         n = x.shape[0]
-        z = self.encode(x, 0)
+        z = self.encode(x)
         k1, k2 = self._random_keys(n), self._random_keys(n)
         flow = self.components["flow"]
         y = self.decode(flow(z, k1))
-        z_y = self.encode(y, 0)
+        z_y = self.encode(y)
         return {
             "input": x,
             "reconstruction": self.decode(z),
