@@ -219,6 +219,29 @@ def test_shipped_reversible_methods_default_to_wplus(name, monkeypatch):
     assert {"generator", "encoder"} <= set(fast.components)
 
 
+def test_wplus_code_norms_and_the_code_scale_that_the_right_key_undoes(monkeypatch):
+    """Real faces' inversions have identity codes of norm about 4.5 (``benchmarks/results/code_norms_tuning.md``): the
+    rotations of dbaf, hford and personal draw the anonymized code at the input's norm, ifadit's flow at about the
+    prior's (10) whatever the input's. ``wplus.code_scale`` multiplies what is drawn; the right key undoes it exactly."""
+    from zoo import load
+
+    monkeypatch.delenv("ZOO_LATENT_SPACE", raising=False)
+    u = torch.randn(16, 100, generator=torch.Generator().manual_seed(3))
+    u = 4.6 * u / u.norm(dim=1, keepdim=True)
+    for name in ("dbaf", "hford", "ifadit", "personal"):
+        m = load(name, device="cpu")
+        keys = m.face_keys(m.run_secret("norms"), len(u))
+        with torch.no_grad():
+            u_anon = m.anonymized_code(u, keys)
+            ratio = float((u_anon.norm(dim=1) / u.norm(dim=1)).median())
+            assert (ratio > 1.5) if name == "ifadit" else (0.98 < ratio < 1.02), (name, ratio)
+            assert torch.allclose(m.recovered_code(u_anon, keys), u, atol=1e-3), name
+            monkeypatch.setattr(m, "config", {**m.config, "wplus": {**(m.config.get("wplus") or {}), "code_scale": 0.5 * m.anonymized_code_scale}})
+            halved = m.anonymized_code(u, keys)
+            assert torch.allclose(halved, 0.5 * u_anon, atol=1e-5), name
+            assert torch.allclose(m.recovered_code(halved, keys), u, atol=1e-3), name
+
+
 def test_wplus_method_switched_to_dcgan_builds_its_backbone(monkeypatch, tmp_path):
     """A method loaded on W+ (no DCGAN parts) draws the same 64 px faces after switching to the DCGAN tier as one
     loaded there, from any working directory; saved on W+, the checkpoint keeps both tiers."""
