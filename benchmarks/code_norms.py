@@ -7,8 +7,8 @@ distance from the average face; one that does not (``ifadit``'s flow, trained to
 further out, where the generator's faces are exaggerated (deep lines, heavy features). A method's
 ``wplus.code_scale`` c multiplies the anonymized code (exactly undone by recovery from the carried code).
 
-For each method: every real face of the split (:mod:`benchmarks.real_photos`; the tuning faces choose, the held-out
-faces check), FFHQ-aligned as the methods align it, inverted with the methods' default fit; ``|u|`` of the
+For each method: every real face of the split (:func:`benchmarks.reconstruct_real.packaged_faces`; the tuning faces give the
+ratio, the held-out faces check it), FFHQ-aligned as the methods align it, inverted with the methods' default fit; ``|u|`` of the
 inversion, ``|T(u)|`` of the keyed transform's output (one key per face, before c), ``|c T(u)|`` as drawn, and the
 ratio median ``|u|`` / median ``|T(u)|`` (the c that draws at the real faces' median norm). No recognizer or judge
 is used.
@@ -23,27 +23,11 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
 
 RESULTS = Path(__file__).resolve().parent / "results"
 METHODS = ("dbaf", "hford", "ifadit", "personal")
-
-
-def real_crops(split: str) -> tuple[list[str], np.ndarray]:
-    """(face names ``photo:i``, uint8 FFHQ-aligned 256 px crops) of every face the zoo's detector finds in the
-    split's photos (``crowd``, tiles of a tuning photo, left out: its faces are t1's)."""
-    from benchmarks.real_photos import photos, split_of
-    from zoo.alignment import align_face
-    from zoo.detection import detect_faces
-
-    names, crops = [], []
-    for name, (rgb, _) in photos().items():
-        if name == "crowd" or split_of(name) != split:
-            continue
-        for i, face in enumerate(detect_faces(rgb)):
-            names.append(f"{name}:{i}")
-            crops.append(align_face(rgb, face.landmarks, 256).crop)
-    return names, np.stack(crops)
 
 
 def spread(values: np.ndarray) -> dict[str, float]:
@@ -66,7 +50,8 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    names, crops = real_crops(args.split)
+    faces = [f for f in packaged_faces() if f[1] == args.split]
+    names, crops = [f"{f[0]}:{f[2]}" for f in faces], np.stack([f[3] for f in faces])
     x = to_tensor(crops)
     methods = [m.strip() for m in args.methods.split(",") if m.strip()]
     result: dict = {"command": command_line("benchmarks.code_norms", argv), "split": args.split, "faces": len(names), "methods": {}}

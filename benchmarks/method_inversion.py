@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import real_photos as RP
+from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import command_line, write_results
 from zoo.judges import FACERES_THRESHOLD
 from zoo.nn.sface import COSINE_THRESHOLD as SFACE_THRESHOLD
@@ -95,8 +96,6 @@ def measure_photo(method, rgb: np.ndarray, boxes: np.ndarray, steps: int, face_f
 
 
 def summarise(rows: list[dict], seconds: list[float], dlib_thr: float | None) -> dict:
-    from training.evaluate import wilson_interval
-
     judged = [r for r in rows if "anonymized_sface" in r]
     kept = [r for r in judged if not r["blurred"]]
 
@@ -105,8 +104,7 @@ def summarise(rows: list[dict], seconds: list[float], dlib_thr: float | None) ->
         return round(float(np.median(vals)), 3) if vals else None
 
     def count(pred, of: list[dict]) -> dict:
-        k = sum(bool(pred(r)) for r in of)
-        return {"k": k, "n": len(of), "ci95": [round(v, 3) for v in wilson_interval(k, len(of))] if of else None}
+        return rate(sum(bool(pred(r)) for r in of), len(of))
 
     out = {
         "faces": len(rows),
@@ -186,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _rate(c: dict | None) -> str:
-    return "-" if not c else f"{c['k']}/{c['n']} [{c['ci95'][0]}, {c['ci95'][1]}]"
+    return rate_text(c) if c else "-"
 
 
 def write_report(result: dict, out: Path) -> None:
