@@ -9,7 +9,8 @@ further out, where the generator's faces are exaggerated (deep lines, heavy feat
 
 For each method: every real face of the split (:func:`benchmarks.reconstruct_real.packaged_faces`; the tuning faces give the
 ratio, the held-out faces check it), FFHQ-aligned as the methods align it, inverted with the methods' default fit; ``|u|`` of the
-inversion, ``|T(u)|`` of the keyed transform's output (one key per face, before c), ``|c T(u)|`` as drawn, and the
+inversion, ``|T(u)|`` of the keyed transform's output (one key per face, before c), the norm it is drawn at (``|c T(u)|``,
+or ``wplus.code_norm`` where the method sets one), and the
 ratio median ``|u|`` / median ``|T(u)|`` (the c that draws at the real faces' median norm). No recognizer or judge
 is used.
 
@@ -66,8 +67,8 @@ def main(argv: list[str] | None = None) -> int:
             u = method.identity_code(codes)
             keys = method.face_keys(Secret("benchmarks.code_norms"), len(names))
             scale = method.anonymized_code_scale
-            drawn = method.anonymized_code(u, keys)
-            transformed = drawn / scale
+            carried = method.anonymized_code(u, keys)
+            transformed, drawn = carried / scale, method.drawn_identity(carried)
             un, tn, dn = (t.norm(dim=1).double().numpy() for t in (u, transformed, drawn))
             result["methods"][name] = {
                 "code_scale": scale,
@@ -84,10 +85,10 @@ def main(argv: list[str] | None = None) -> int:
         f"`{result['command']}`",
         "",
         f"{result['faces']} real faces ({args.split}), FFHQ-aligned, inverted with the methods' default fit; one key per face. "
-        "|u|: the inversion's identity code; |T(u)|: the keyed transform's output; |c T(u)|: as drawn (c = `wplus.code_scale`). "
+        "|u|: the inversion's identity code; |T(u)|: the keyed transform's output; drawn: |c T(u)| (c = `wplus.code_scale`), or `wplus.code_norm` where set. "
         "Median (10th-90th percentile). The generator's own faces: |u| about 10.",
         "",
-        "| method | c | real abs(u) | abs(T(u)) | drawn abs(c T(u)) | median abs(u) / median abs(T(u)) |",
+        "| method | c | real abs(u) | abs(T(u)) | drawn | median abs(u) / median abs(T(u)) |",
         "|---|---|---|---|---|---|",
     ]
     for name, r in result["methods"].items():

@@ -51,7 +51,7 @@ def measure(method_name: str, faces: list, starts: list[int], keys: int) -> dict
         with torch.no_grad():
             u_anon = method.anonymized_code(method.identity_code(code), face_keys)
             for start in starts:
-                drawn = method.decode(method.with_identity(code, u_anon, face_keys, deviation_slots=tuple(range(start, 19))))
+                drawn = method.decode(method.with_identity(code, method.drawn_identity(u_anon), face_keys, deviation_slots=tuple(range(start, 19))))
                 pose = np.array([mesh_head_pose(im, template) for im in from_tensor(drawn)])
                 out[start]["cos"] += (sface.embed_aligned(drawn) * original).sum(1).tolist()
                 out[start]["yaw"] += np.abs(angle_difference(pose[:, 0], pose0[:, 0])).tolist()

@@ -142,6 +142,34 @@ def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(person
     assert (rec - recon).abs().amax() < 1e-3 < (y - recon).abs().mean()
 
 
+def test_code_norm_draws_every_face_at_one_norm_and_the_carried_code_still_gives_the_input_back(personal_wplus, monkeypatch):
+    """``wplus.code_norm`` R: the anonymized face is drawn with its identity code at norm R whatever the input's; the
+    carrier holds the keyed code at the input's norm, so the right key gives the input back exactly; a re-inverted
+    face is read at ``wplus.read_norm``."""
+    m = personal_wplus
+    monkeypatch.setattr(m, "config", {**m.config, "wplus": {**(m.config.get("wplus") or {}), "code_norm": 9.0, "read_norm": 4.5}})
+    g = m.wplus.generator
+    with torch.no_grad():
+        w = g.style(torch.randn(2, STYLE_DIM, generator=torch.Generator().manual_seed(21)), 0.8)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+        u = m.identity_code(w)
+        code = m.with_identity(w, u * torch.tensor([[0.4], [1.0]]) * 10.0 / u.norm(dim=1, keepdim=True))  # |u| 4 and 10
+        x = m.decode(code).clamp(-1, 1)
+        monkeypatch.setattr(m, "encode", lambda faces, fit=None: code if faces.shape[0] == 2 else m.encode_cached(faces, fit))
+        keys = m.face_keys(m.run_secret("norm"), 2)
+        u_anon, code_anon = m.keyed_codes(code, keys)
+        y, carried = m.anonymize_faces_carrying(x, keys, refine_steps=0)
+        rec = m.recover_faces(y, keys, refine_steps=0, carried=[{"latent": carried["latent"][i].numpy(), "code": carried["code"][i].numpy()} for i in range(2)])
+        read = m.read_identity(m.identity_code(code_anon))
+    assert torch.allclose(m.identity_code(code_anon).norm(dim=1), torch.tensor([9.0, 9.0]), atol=1e-3)
+    assert torch.allclose(u_anon.norm(dim=1), torch.tensor([4.0, 10.0]), atol=1e-2)  # the rotation keeps the input's norm
+    assert torch.allclose(carried["latent"], u_anon, atol=1e-4)
+    assert (rec - m.decode(code)).abs().amax() < 1e-2 < (y - m.decode(code)).abs().mean()
+    assert torch.allclose(read.norm(dim=1), torch.tensor([4.5, 4.5]), atol=1e-3)
+    monkeypatch.setattr(m, "config", {**m.config, "wplus": {"code_norm": -1.0}})
+    with pytest.raises(ValueError, match="code_norm"):
+        m.drawn_identity(u_anon)
+
+
 @pytest.mark.slow  # an option the shipped checkpoints leave off
 def test_kept_pose_draws_the_face_at_the_input_yaw_and_carries_the_unturned_code(personal_wplus, t1_rgb):
     """``wplus.keep_pose``: the anonymized face is drawn turned back to the input's face-mesh yaw, which the identity
@@ -221,7 +249,7 @@ def test_shipped_reversible_methods_default_to_wplus(name, monkeypatch):
 
 def test_wplus_code_norms_and_the_code_scale_that_the_right_key_undoes(monkeypatch):
     """Real faces' inversions have identity codes of norm about 4.5 (``benchmarks/results/code_norms_tuning.md``): the
-    rotations of dbaf, hford and personal draw the anonymized code at the input's norm, ifadit's flow at about the
+    rotations of dbaf, hford and personal give the keyed (carried) code the input's norm, ifadit's flow about the
     prior's (10) whatever the input's. ``wplus.code_scale`` multiplies what is drawn; the right key undoes it exactly."""
     from zoo import load
 

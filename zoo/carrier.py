@@ -5,9 +5,11 @@ Why: a GAN inversion is not unique. Re-inverting an anonymized face finds *anoth
 same picture, and the keyed inverse applied to that code gives somebody else (on the FFHQ-grade W+ backbone the
 key rotates what the identity slots hold besides the identity code, and that rotation does not survive a
 re-inversion: whole-photo right-key recovery of real faces gave the person back (dlib) for 0-2 of 7 tuning faces per
-method from a re-inversion, and for 5-7 of 7 from the carried code, ``benchmarks/results/appearance.md``). The carried code holds nothing the anonymized face does not
-already show: it is the code the anonymized face was drawn from (what a perfect inversion of the saved face
-would return); without the key it draws that face and nothing else.
+method from a re-inversion, and for 5-7 of 7 from the carried code, ``benchmarks/results/appearance.md``). The carried W+ rows hold nothing the anonymized face does not
+already show: they are the code the anonymized face was drawn from (what a perfect inversion of the saved face
+would return); without the key they draw that face and nothing else. The carried identity code is the keyed one
+before it is turned to the drawing norm (``wplus.code_norm``, :meth:`~zoo.methods.latent_demo.LatentDemoMethod.drawn_identity`):
+its direction is the drawn face's, its length the input's, one number the seal (below) keeps from anyone without the key.
 
 A face's block is a rectangle of pixels, anywhere in the image that no other block uses (as close to the face
 as it fits), in the two least significant bits of R, G and B (each pixel value changes by at most 3 of 255).

@@ -6,8 +6,8 @@ u ~ N(0, I). It runs in one of two latent spaces (config ``latent_space``)::
 
     code   = invert(X)                     the backbone's inversion of the aligned face
     u      = identity(code)                the 100-d identity code
-    u_anon = c T(u, key)
-    X_anon = G(with_identity(code, u_anon))
+    u_anon = c T(u, key)                   the keyed code (carried)
+    X_anon = G(with_identity(code, d(u_anon)))
     X_rec  = G(with_identity(invert(X_anon), T^-1(u_anon / c, key)))   u_anon: carried in the saved image's
                                            low bits (zoo.carrier) where intact, else read from invert(X_anon)
 
@@ -16,7 +16,10 @@ u ~ N(0, I). It runs in one of two latent spaces (config ``latent_space``)::
   identity = the whitened, pose-neutral identity code of the middle slots
   (:mod:`zoo.nn.wplus_identity`). Pose, expression, hair and lighting stay; the identity changes; recovery
   takes what the face keeps from the saved image and the identity from the key. c = 1
-  (``wplus.code_scale``): at 1.4 the faces lost their expression and some broke up. The identity edit
+  (``wplus.code_scale``): at 1.4 the faces lost their expression and some broke up. d (``wplus.code_norm`` R) turns
+  u_anon to norm R: real faces' inversions lie near the average face (|u| about 4.5, generated faces 10), where a
+  norm-keeping T draws one look for every key; the carrier keeps u_anon (sealed), so the key undoes it exactly; pixels
+  alone are read at ``wplus.read_norm``. Without ``code_norm`` d is the identity. The identity edit
   also moves the pose slots: with ``wplus.keep_pose`` X_anon is drawn from the edited code turned back to
   the input's face-mesh yaw (:meth:`WPlusLatents.posed`); the carried code is the unturned one, so the key
   still undoes it exactly. Off in the shipped checkpoints: the head pose follows (held-out dlib yaw change
@@ -46,7 +49,7 @@ from ..keys import KeyMaterial
 from ..nn.dcgan import LATENT_DIM, DCGANGenerator, InversionEncoder, invert
 from .base import NeuralMethod
 from .fit_controls import ENCODER_ONLY, FACE_FIT_CONTROL, FIT_CONTROLS, IDENTITY_CHECK_CONTROL, IDENTITY_REFINE_CONTROL, REFINE_CONTROL, InversionFit
-from .wplus_latents import WPlusLatents
+from .wplus_latents import WPlusLatents, at_norm
 
 __all__ = [
     "LatentDemoMethod",
@@ -330,8 +333,7 @@ class LatentDemoMethod(NeuralMethod):
         self._check_keys(x, keys)
         fit = self.inversion_fit(refine_steps, identity_refine, identity_check, face_fit)
         code = self.encode_cached(x, fit)
-        u_anon = self.anonymized_code(self.identity_code(code), keys, **controls)
-        code_anon = self.with_identity(code, u_anon, keys)
+        u_anon, code_anon = self.keyed_codes(code, keys, **controls)
         drawn = self.drawn_code(x, code_anon)
         y = self.decode(drawn)
         self._remember_anonymized(y, drawn, fit)
@@ -349,8 +351,36 @@ class LatentDemoMethod(NeuralMethod):
         return scale
 
     def anonymized_code(self, z: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
-        """z_anon = c T(z, key) ``[N,100]``: the code the anonymized face is drawn from (and carried)."""
+        """z_anon = c T(z, key) ``[N,100]``: the keyed code the carrier holds; the face is drawn with
+        :meth:`drawn_identity` of it."""
         return self.edit_latent(z, keys, **controls) * self.anonymized_code_scale
+
+    def keyed_codes(self, code: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(u_anon ``[N,100]``, code_anon): the keyed identity code of each face's ``code`` (:meth:`anonymized_code`: what
+        the carrier holds, exactly undone by the key) and the code with the identity it is drawn with
+        (:meth:`drawn_identity`; on the DCGAN both are u_anon)."""
+        u_anon = self.anonymized_code(self.identity_code(code), keys, **controls)
+        return u_anon, self.with_identity(code, self.drawn_identity(u_anon), keys)
+
+    def _wplus_norm(self, key: str) -> float | None:
+        """Config ``wplus.<key>`` (a norm > 0) on the W+ tier, None where unset or on the DCGAN."""
+        value = (self.config.get("wplus") or {}).get(key) if self.wplus is not None else None
+        if value is None:
+            return None
+        if not float(value) > 0:
+            raise ValueError(f"wplus.{key} must be > 0, got {value}")
+        return float(value)
+
+    def drawn_identity(self, u_anon: torch.Tensor) -> torch.Tensor:
+        """The identity code ``[N,100]`` an anonymized face is drawn with: on W+ with ``wplus.code_norm`` R, u_anon turned
+        to norm R (every face's at the same distance from the mean face; module docstring), else u_anon."""
+        return at_norm(u_anon, self._wplus_norm("code_norm"))
+
+    def read_identity(self, u_drawn: torch.Tensor) -> torch.Tensor:
+        """u_anon ``[N,100]`` estimated from the identity code of a re-inverted anonymized face (no carried code): with
+        ``wplus.code_norm``, its direction at norm ``wplus.read_norm`` (the input's norm is only in the carried code),
+        else as read."""
+        return at_norm(u_drawn, self._wplus_norm("read_norm") if self._wplus_norm("code_norm") is not None else None)
 
     def recovered_code(self, z_anon: torch.Tensor, keys: Sequence[KeyMaterial], **controls: Any) -> torch.Tensor:
         """T^-1(z_anon / c, key): exact inverse of :meth:`anonymized_code` for a carried code. Each coordinate is
@@ -393,7 +423,7 @@ class LatentDemoMethod(NeuralMethod):
             if invert:
                 code[invert] = self.encode_cached(y[invert], fit)
             if no_latent:
-                u[no_latent] = self.identity_code(code[no_latent])
+                u[no_latent] = self.read_identity(self.identity_code(code[no_latent]))
         elif no_latent:
             u[no_latent] = self.encode(y[no_latent], fit) * self.anonymized_code_scale
         for i, p in enumerate(parts):

@@ -9,7 +9,12 @@ import torch
 
 from ..keys import KeyMaterial
 
-__all__ = ["WPlusLatents"]
+__all__ = ["WPlusLatents", "at_norm"]
+
+
+def at_norm(u: torch.Tensor, norm: float | None) -> torch.Tensor:
+    """Each row of the identity codes ``u`` ``[N,100]`` scaled to length ``norm`` (``u`` itself where ``norm`` is None)."""
+    return u if norm is None else norm * u / u.norm(dim=-1, keepdim=True).clamp_min(1e-6)
 
 
 class WPlusLatents:
