@@ -212,14 +212,10 @@ def main(argv: list[str] | None = None) -> int:
             row: dict = {"anonymize_s_per_face": round(t_anon, 2), "recover_s_per_face": round(t_rec / len(crops), 2)}
             for n, j in judges.items():
                 row[f"anonymized_same_{n}"] = _rate(j.same_person(j.embed_aligned(anon), emb[n]) if n != "dlib" else dl.same_person(anon_emb[0], emb[n]))
-            row["keys_pairwise_same_dlib"] = _rate(
-                np.concatenate([dl.same_person(anon_emb[a], anon_emb[b]) for a in range(args.keys) for b in range(a + 1, args.keys)])
-            )
-            for n in ("sface", "faceres"):  # the guard's recognizers: what settings are tuned with
-                e = [judges[n].embed_aligned(o[1]) for o in outs]
-                row[f"keys_pairwise_same_{n}"] = _rate(
-                    np.concatenate([judges[n].same_person(e[a], e[b]) for a in range(args.keys) for b in range(a + 1, args.keys)])
-                )
+            # dlib, and the guard's recognizers (what settings are tuned with)
+            for n, e in (("dlib", anon_emb), *((n, [judges[n].embed_aligned(o[1]) for o in outs]) for n in ("sface", "faceres"))):
+                pairs = [judges[n].same_person(e[a], e[b]) for a in range(args.keys) for b in range(a + 1, args.keys)]
+                row[f"keys_pairwise_same_{n}"] = _rate(np.concatenate(pairs))
             row["anonymized_detected_dlib"] = _rate([_dlib_finds_face(c) for c in anon])
             row["recovered_carried_same_dlib"] = _rate(dl.same_person(rec_emb["carried"], emb["dlib"]))
             row["recovered_carried_nearest_own"] = _rate(_nearest_is_own(dl, rec_emb["carried"], emb["dlib"]))
