@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import real_photos as RP
+from benchmarks.report import command_line
 
 HERE = Path(__file__).resolve().parent
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -99,7 +100,7 @@ def to_markdown(res: dict) -> str:
     lines = [
         f"# Face-detection recall on real photos ({', '.join(f'{k} {v}' for k, v in res['photos'].items())} = {n} faces per transform)",
         "",
-        f"`python -m benchmarks.detection_recall`; CPU, {res['threads']} threads. Faces found / {n} per transform.",
+        f"`{res.get('command', 'python -m benchmarks.detection_recall')}`; CPU, {res['threads']} threads. Faces found / {n} per transform.",
         "",
         "| detector:upscale | " + " | ".join(tr) + " | all | extra boxes | coffee | s/photo |",
         "|---|" + "---|" * (len(tr) + 4),
@@ -126,6 +127,7 @@ def main(argv=None) -> int:
     torch.set_num_threads(args.threads)
     cv2.setNumThreads(args.threads)
     res = run([c.strip() for c in args.configs.split(",") if c.strip()], [t.strip() for t in args.transforms.split(",") if t.strip()])
+    res = {"command": command_line("benchmarks.detection_recall", argv), **res}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     Path(args.out + ".md").write_text(to_markdown(res))

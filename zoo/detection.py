@@ -219,8 +219,9 @@ ORIENTATION_PROBE_SCALE = 0.5
 SIDEWAYS_PROBE_SCALE = 0.7
 #: ... unless that makes a probe's longer side shorter than this (px): then it searches at full scale
 ORIENTATION_PROBE_MIN_SIDE = 256
-#: when nothing is found, the photo is searched once more at this fraction of the detection scale: a close-up face
-#: larger than the detector's anchors (YuNet missed a 508 px face in a 940 px photo at full scale, found it at 0.5)
+#: when no sure face is found, the photo is searched once more at this fraction of the detection scale: a close-up
+#: face larger than the detector's anchors (YuNet: a 508 px face in a 940 px photo 0.59 at full scale, 0.91 at 0.5;
+#: a 609 px face in a 1728 px photo 0.62 at full scale, 0.90 at half)
 LARGE_FACE_SCALE = 0.5
 #: a face found at a coarse scale is searched again at the detection scale in a crop around it, its box
 #: grown by this fraction of its size on every side (:func:`_refine`)
@@ -258,6 +259,19 @@ def _refine(fn, rgb: np.ndarray, face: DetectedFace, min_score: float, scale: fl
     return max(found, key=lambda f: _iou(f.box, face.box)) if found else (face if keep else None)
 
 
+def _better_of(found: list[DetectedFace], coarse: list[DetectedFace]) -> list[DetectedFace]:
+    """``found`` with each face of a coarser pass added where it overlaps none, or put in place of the one face it
+    overlaps when it scores higher (a close-up the detector is surer of at a coarser scale)."""
+    out = list(found)
+    for f in sorted(coarse, key=lambda f: -f.score):
+        over = [i for i, g in enumerate(out) if _overlaps(f.box, g.box)]
+        if not over:
+            out.append(f)
+        elif len(over) == 1 and f.score > out[over[0]].score:
+            out[over[0]] = f
+    return out
+
+
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = _intersection(a, b)
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
@@ -279,8 +293,11 @@ def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, u
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(_moved_face(f, -pad, -pad, box))
-    if not faces and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
-        faces = _run_scaled(fn, img, min_score, scale * LARGE_FACE_SCALE)  # a face too large for the detector at this scale
+    if not any(f.score >= EXTRA_ORIENTATION_SCORE for f in faces) and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
+        # a face too large for the detector at this scale: where nothing was found, any face of the coarser pass;
+        # else its sure faces, added or in place of a weaker box on the same face
+        coarse = _run_scaled(fn, img, min_score, scale * LARGE_FACE_SCALE)
+        faces = _better_of(faces, [f for f in coarse if not faces or f.score >= EXTRA_ORIENTATION_SCORE])
     if border:
         faces += _border_faces(fn, img, min_score, scale, faces)
     if upscale and upscale > 1.0:
@@ -324,7 +341,14 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     if not any(f.score >= EXTRA_ORIENTATION_SCORE for p in probes for f in p):
         passes = [search(rgb, probes[0] if full[0] else None)]
         for k in (1, 2, 3):
-            passes.append(probes[k] if full[k] else [_from_rotated(f, k, w, h) for f in _run_scaled(fn, _turned(rgb, k), min_score, scale)])
+            if full[k]:
+                passes.append(probes[k])
+                continue
+            turned = _turned(rgb, k)
+            found = _run_scaled(fn, turned, min_score, scale)
+            if not any(f.score >= EXTRA_ORIENTATION_SCORE for f in found) and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
+                found = _better_of(found, _run_scaled(fn, turned, min_score, scale * LARGE_FACE_SCALE))  # a close-up on its side
+            passes.append([_from_rotated(f, k, w, h) for f in found])
         return merge_orientations(passes)
     best = _best_pass(probes)
     found = search(_turned(rgb, best), [to_turned(f, best) for f in probes[best]] if full[best] else None)
