@@ -102,6 +102,16 @@ def _openings(lm: np.ndarray) -> tuple[float, float]:
     return mouth / scale, float(eyes) / scale
 
 
+def _turn_of_face(photo: np.ndarray, box: np.ndarray) -> int:
+    """Quarter turns that put the face at ``box`` upright (:func:`zoo.judges.upright_turn` of the zoo detector's
+    landmarks for the face overlapping it most; 0 where the detector finds none there)."""
+    from zoo.detection import detect_faces
+    from zoo.judges import upright_turn
+
+    found = max(detect_faces(photo), key=lambda f: box_iou(box, f.box), default=None)
+    return upright_turn(found.landmarks) if found is not None and box_iou(box, found.box) > 0.2 else 0
+
+
 @dataclass
 class OriginalFace:
     """One face of the original photo as dlib sees it, measured once for every output compared with it."""
@@ -115,7 +125,17 @@ class OriginalFace:
     @classmethod
     def measure(cls, eye: DlibEye, photo: np.ndarray, box: np.ndarray) -> "OriginalFace":
         lm68 = predict_landmarks68(photo, tuple(int(round(v)) for v in box))
-        place = DetectedFace(np.asarray(box, np.float64), lm68[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
+        five = lm68[[36, 45, 30, 48, 54]].astype(np.float64)
+        turn = _turn_of_face(photo, box)
+        if turn:  # a face on its side in the photo: dlib's landmarks only fit it upright, so read them there
+            from zoo.judges import _turn_points
+
+            turned = np.ascontiguousarray(np.rot90(photo, turn))
+            corners = _turn_points(np.asarray(box, np.float64).reshape(2, 2), turn, photo.shape)
+            tbox = np.concatenate([corners.min(0), corners.max(0)])
+            lm_turned = predict_landmarks68(turned, tuple(int(round(v)) for v in tbox))
+            five = _turn_points(lm_turned[[36, 45, 30, 48, 54]].astype(np.float64), (4 - turn) % 4, turned.shape)
+        place = DetectedFace(np.asarray(box, np.float64), five, 1.0, "dlib")
         return cls(photo, np.asarray(box, np.float64), lm68, place, eye.judge.embed_photo_faces(photo, [place]))
 
     def distance(self, eye: DlibEye, image: np.ndarray) -> float:

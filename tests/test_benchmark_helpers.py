@@ -148,3 +148,25 @@ def test_benchmarks_take_method_controls_as_the_cli_does():
     assert method_controls(p.parse_args(["-c", "refine_steps=40", "--control", "face_fit = 3"])) == {"refine_steps": "40", "face_fit": "3"}
     with pytest.raises(SystemExit, match="name=value"):
         method_controls(p.parse_args(["-c", "face_fit"]))
+
+
+def test_the_evaluators_dlib_place_of_a_face_on_its_side_reads_it_upright(t1_rgb, t1_faces):
+    """benchmarks.appearance.OriginalFace: a face lying on its side gets its 5 landmarks from dlib's model run on the
+    photo turned upright, so the judge reads it as it reads the face upright."""
+    import pytest
+
+    from benchmarks.appearance import DlibEye, OriginalFace
+    from zoo.judges import upright_turn
+
+    try:
+        eye = DlibEye()
+    except (FileNotFoundError, ImportError) as err:
+        pytest.skip(str(err))
+    x0, y0, x1, y1 = t1_faces[2].box.astype(int)
+    crop = np.ascontiguousarray(t1_rgb[max(0, y0 - 60) : y1 + 60, max(0, x0 - 60) : x1 + 60])
+    upright = [OriginalFace.measure(eye, crop, b) for b in eye.boxes(crop)]
+    sideways_photo = np.ascontiguousarray(np.rot90(crop, 1))
+    sideways = [OriginalFace.measure(eye, sideways_photo, b) for b in eye.boxes(sideways_photo)]
+    assert len(upright) == 1 and len(sideways) == 1
+    assert upright_turn(sideways[0].place.landmarks) == 3
+    assert eye.judge.distance(upright[0].descriptor, sideways[0].descriptor)[0] < 0.1
