@@ -223,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def save(out_path: Path, rows: dict[str, list[dict]], before: dict, seconds: dict[str, float], command: str, keys: int) -> None:
     """The results file: ``rows`` of the methods run now, beside ``before``'s rows (``--add``) of other methods and of
-    photos not run now."""
+    photos not run now. ``seconds_anonymize`` adds up every run that made the file (a photo run again counts twice)."""
     merged = {m: list(per) for m, per in rows.items()}
     for m, per in before.get("methods", {}).items():
         done = {r["photo"] for r in rows.get(m, [])}
@@ -233,7 +233,7 @@ def save(out_path: Path, rows: dict[str, list[dict]], before: dict, seconds: dic
         "keys": keys,
         "methods": {
             m: {
-                "seconds_anonymize": round(seconds.get(m, 0.0), 1),
+                "seconds_anonymize": round(seconds.get(m, 0.0) + before.get("methods", {}).get(m, {}).get("seconds_anonymize", 0.0), 1),
                 "tuning": summarise([r for r in per if r["split"] == "tuning"]),
                 "held-out": summarise([r for r in per if r["split"] == "held-out"]),
                 "faces_rows": per,
