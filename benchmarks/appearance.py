@@ -128,13 +128,13 @@ class OriginalFace:
         five = lm68[[36, 45, 30, 48, 54]].astype(np.float64)
         turn = _turn_of_face(photo, box)
         if turn:  # a face on its side in the photo: dlib's landmarks only fit it upright, so read them there
-            from zoo.judges import _turn_points
+            from zoo.judges import turn_points
 
             turned = np.ascontiguousarray(np.rot90(photo, turn))
-            corners = _turn_points(np.asarray(box, np.float64).reshape(2, 2), turn, photo.shape)
+            corners = turn_points(np.asarray(box, np.float64).reshape(2, 2), turn, photo.shape)
             tbox = np.concatenate([corners.min(0), corners.max(0)])
             lm_turned = predict_landmarks68(turned, tuple(int(round(v)) for v in tbox))
-            five = _turn_points(lm_turned[[36, 45, 30, 48, 54]].astype(np.float64), (4 - turn) % 4, turned.shape)
+            five = turn_points(lm_turned[[36, 45, 30, 48, 54]].astype(np.float64), (4 - turn) % 4, turned.shape)
         place = DetectedFace(np.asarray(box, np.float64), five, 1.0, "dlib")
         return cls(photo, np.asarray(box, np.float64), lm68, place, eye.judge.embed_photo_faces(photo, [place]))
 

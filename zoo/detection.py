@@ -223,6 +223,9 @@ ORIENTATION_PROBE_MIN_SIDE = 256
 #: face larger than the detector's anchors (YuNet: a 508 px face in a 940 px photo 0.59 at full scale, 0.91 at 0.5;
 #: a 609 px face in a 1728 px photo 0.62 at full scale, 0.90 at half)
 LARGE_FACE_SCALE = 0.5
+#: ... and a face that pass finds counts only when it is at least this large (px at the detection scale): the
+#: size where the detector's anchors end; a smaller face's box and landmarks stay those of the full-scale pass
+LARGE_FACE_MIN_SIDE = 256.0
 #: a face found at a coarse scale is searched again at the detection scale in a crop around it, its box
 #: grown by this fraction of its size on every side (:func:`_refine`)
 REFINE_MARGIN = 0.75
@@ -257,6 +260,11 @@ def _refine(fn, rgb: np.ndarray, face: DetectedFace, min_score: float, scale: fl
         found = [_from_rotated(f, turn % 4, x1 - x0, y1 - y0) for f in found]
     found = [g for g in (_moved_face(f, x0, y0) for f in found) if _overlaps(g.box, face.box)]
     return max(found, key=lambda f: _iou(f.box, face.box)) if found else (face if keep else None)
+
+
+def _large(face: DetectedFace, scale: float) -> bool:
+    """The face is at least :data:`LARGE_FACE_MIN_SIDE` px wide or tall at the detection ``scale``."""
+    return max(face.width, face.height) * scale >= LARGE_FACE_MIN_SIDE
 
 
 def _better_of(found: list[DetectedFace], coarse: list[DetectedFace]) -> list[DetectedFace]:
@@ -297,7 +305,7 @@ def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, u
         # a face too large for the detector at this scale: where nothing was found, any face of the coarser pass;
         # else its sure faces, added or in place of a weaker box on the same face
         coarse = _run_scaled(fn, img, min_score, scale * LARGE_FACE_SCALE)
-        faces = _better_of(faces, [f for f in coarse if not faces or f.score >= EXTRA_ORIENTATION_SCORE])
+        faces = _better_of(faces, [f for f in coarse if not faces or (f.score >= EXTRA_ORIENTATION_SCORE and _large(f, scale))])
     if border:
         faces += _border_faces(fn, img, min_score, scale, faces)
     if upscale and upscale > 1.0:
@@ -347,7 +355,8 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
             turned = _turned(rgb, k)
             found = _run_scaled(fn, turned, min_score, scale)
             if not any(f.score >= EXTRA_ORIENTATION_SCORE for f in found) and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
-                found = _better_of(found, _run_scaled(fn, turned, min_score, scale * LARGE_FACE_SCALE))  # a close-up on its side
+                coarse = _run_scaled(fn, turned, min_score, scale * LARGE_FACE_SCALE)  # a close-up on its side
+                found = _better_of(found, [f for f in coarse if not found or _large(f, scale)])
             passes.append([_from_rotated(f, k, w, h) for f in found])
         return merge_orientations(passes)
     best = _best_pass(probes)
@@ -372,8 +381,8 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     )
     for k, f in extras:
         over = [i for i, q in enumerate(kept) if _overlaps(f.box, q.box)]
-        if len(over) > 1 or (over and kept[over[0]].score >= max(f.score, EXTRA_ORIENTATION_SCORE)):
-            continue
+        if len(over) > 1 or (over and (k == best or kept[over[0]].score >= max(f.score, EXTRA_ORIENTATION_SCORE))):
+            continue  # (the photo's own turn only adds faces its full-scale search missed)
         g = f if full[k] else _refine(fn, rgb, f, min_score, scale, turn=k, keep=f.score >= EXTRA_ORIENTATION_SCORE)
         if g is None or (g.score < EXTRA_ORIENTATION_SCORE and g is not f):
             continue

@@ -50,6 +50,7 @@ __all__ = [
     "FaceResJudge",
     "FACERES_THRESHOLD",
     "get_judge",
+    "turn_points",
     "upright_turn",
     "available_judges",
     "embed_at_original_places",
@@ -200,7 +201,7 @@ class SFaceJudge(Judge):
         return self._feature(np.ascontiguousarray(crop[:, :, ::-1]), _yunet_row([0, 0, s, s], lm))
 
 
-def _turn_points(points: np.ndarray, k: int, shape: tuple[int, ...]) -> np.ndarray:
+def turn_points(points: np.ndarray, k: int, shape: tuple[int, ...]) -> np.ndarray:
     """Pixel coordinates ``[N, 2]`` of an ``H x W`` image mapped into ``np.rot90(image, k)``."""
     h, w = shape[:2]
     x, y = points[:, 0], points[:, 1]
@@ -225,8 +226,8 @@ def upright_turn(landmarks5: np.ndarray) -> int:
 
 def _turned_face(face: DetectedFace, k: int, shape: tuple[int, ...]) -> DetectedFace:
     """``face`` in the pixels of ``np.rot90(image, k)`` (``shape``: the image's)."""
-    corners = _turn_points(np.array([[face.box[0], face.box[1]], [face.box[2], face.box[3]]], dtype=np.float64), k, shape)
-    return DetectedFace(np.concatenate([corners.min(0), corners.max(0)]), _turn_points(face.landmarks, k, shape), face.score, face.detector)
+    corners = turn_points(np.array([[face.box[0], face.box[1]], [face.box[2], face.box[3]]], dtype=np.float64), k, shape)
+    return DetectedFace(np.concatenate([corners.min(0), corners.max(0)]), turn_points(face.landmarks, k, shape), face.score, face.detector)
 
 
 class DlibJudge(Judge):
