@@ -102,14 +102,13 @@ def _openings(lm: np.ndarray) -> tuple[float, float]:
     return mouth / scale, float(eyes) / scale
 
 
-def _turn_of_face(photo: np.ndarray, box: np.ndarray) -> int:
-    """Quarter turns that put the face at ``box`` upright (:func:`zoo.judges.upright_turn` of the zoo detector's
-    landmarks for the face overlapping it most; 0 where the detector finds none there)."""
-    from zoo.detection import detect_faces
+def _turn_of_face(found: list[DetectedFace], box: np.ndarray) -> int:
+    """Quarter turns that put the face at ``box`` upright (:func:`zoo.judges.upright_turn` of the landmarks of the face
+    of ``found``, the zoo detector's faces of the photo, overlapping it most; 0 where none overlaps it)."""
     from zoo.judges import upright_turn
 
-    found = max(detect_faces(photo), key=lambda f: box_iou(box, f.box), default=None)
-    return upright_turn(found.landmarks) if found is not None and box_iou(box, found.box) > 0.2 else 0
+    face = max(found, key=lambda f: box_iou(box, f.box), default=None)
+    return upright_turn(face.landmarks) if face is not None and box_iou(box, face.box) > 0.2 else 0
 
 
 @dataclass
@@ -123,20 +122,29 @@ class OriginalFace:
     descriptor: np.ndarray  # dlib's descriptor of the original face
 
     @classmethod
-    def measure(cls, eye: DlibEye, photo: np.ndarray, box: np.ndarray) -> "OriginalFace":
+    def measure_all(cls, eye: DlibEye, photo: np.ndarray, boxes) -> list["OriginalFace"]:
+        """:meth:`measure` of every box of ``photo`` (the zoo detector runs once for the photo)."""
+        from zoo.detection import detect_faces
+
+        found = detect_faces(photo)
+        return [cls.measure(eye, photo, np.asarray(box, np.float64), found) for box in boxes]
+
+    @classmethod
+    def measure(cls, eye: DlibEye, photo: np.ndarray, box: np.ndarray, found: list[DetectedFace]) -> "OriginalFace":
+        """The face at ``box``; ``found``: the zoo detector's faces of ``photo``, which say whether it lies on its side."""
+        box = np.asarray(box, np.float64)
         lm68 = predict_landmarks68(photo, tuple(int(round(v)) for v in box))
-        five = lm68[[36, 45, 30, 48, 54]].astype(np.float64)
-        turn = _turn_of_face(photo, box)
+        place = DetectedFace(box, lm68[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib")
+        turn = _turn_of_face(found, box)
         if turn:  # a face on its side in the photo: dlib's landmarks only fit it upright, so read them there
-            from zoo.judges import turn_points
+            from zoo.detection import turned_face
 
             turned = np.ascontiguousarray(np.rot90(photo, turn))
-            corners = turn_points(np.asarray(box, np.float64).reshape(2, 2), turn, photo.shape)
-            tbox = np.concatenate([corners.min(0), corners.max(0)])
+            tbox = turned_face(place, turn, photo.shape).box
             lm_turned = predict_landmarks68(turned, tuple(int(round(v)) for v in tbox))
-            five = turn_points(lm_turned[[36, 45, 30, 48, 54]].astype(np.float64), (4 - turn) % 4, turned.shape)
-        place = DetectedFace(np.asarray(box, np.float64), five, 1.0, "dlib")
-        return cls(photo, np.asarray(box, np.float64), lm68, place, eye.judge.embed_photo_faces(photo, [place]))
+            back = turned_face(DetectedFace(tbox, lm_turned[[36, 45, 30, 48, 54]].astype(np.float64), 1.0, "dlib"), 4 - turn, turned.shape)
+            place = DetectedFace(box, back.landmarks, 1.0, "dlib")
+        return cls(photo, box, lm68, place, eye.judge.embed_photo_faces(photo, [place]))
 
     def distance(self, eye: DlibEye, image: np.ndarray) -> float:
         """dlib descriptor distance between the original face and ``image`` at the original's place."""
@@ -266,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
         if not boxes:
             print(f"skipped {name}: dlib finds no face in the original")
             continue
-        refs = [OriginalFace.measure(eye, rgb, box) for box in boxes]
+        refs = OriginalFace.measure_all(eye, rgb, boxes)
         for method in methods:
             m = zoo.load(method)
             if args.paste:

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         if not boxes:
             print(f"skipped {name}: dlib finds no face in the original")
             continue
-        refs = [OriginalFace.measure(eye, rgb, box) for box in boxes]
+        refs = OriginalFace.measure_all(eye, rgb, boxes)
         for method in methods:
             m = zoo.load(method)
             t0 = time.perf_counter()

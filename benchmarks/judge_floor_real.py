@@ -39,7 +39,7 @@ def pair_rows(eye: DlibEye, names: list[str]) -> list[dict]:
     boxes = json.loads(FIXTURE.read_text())
     rows = []
     for name, split, rgb in packaged_photos(names):
-        faces = [OriginalFace.measure(eye, rgb, np.asarray(b, np.float64)) for b in boxes[name]["boxes"]]
+        faces = OriginalFace.measure_all(eye, rgb, boxes[name]["boxes"])
         for i, j in itertools.combinations(range(len(faces)), 2):
             d = float(np.ravel(eye.judge.distance(faces[i].descriptor, faces[j].descriptor))[0])
             rows.append(

@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
         if not boxes:
             print(f"skipped {name}: dlib finds no face in the original")
             continue
-        refs = [OriginalFace.measure(eye, rgb, box) for box in boxes]
+        refs = OriginalFace.measure_all(eye, rgb, boxes)
         originals = guard.photo_embeddings(rgb, [r.place for r in refs])
         for method in methods:
             m = zoo.load(method)

@@ -164,9 +164,9 @@ def test_the_evaluators_dlib_place_of_a_face_on_its_side_reads_it_upright(t1_rgb
         pytest.skip(str(err))
     x0, y0, x1, y1 = t1_faces[2].box.astype(int)
     crop = np.ascontiguousarray(t1_rgb[max(0, y0 - 60) : y1 + 60, max(0, x0 - 60) : x1 + 60])
-    upright = [OriginalFace.measure(eye, crop, b) for b in eye.boxes(crop)]
+    upright = OriginalFace.measure_all(eye, crop, eye.boxes(crop))
     sideways_photo = np.ascontiguousarray(np.rot90(crop, 1))
-    sideways = [OriginalFace.measure(eye, sideways_photo, b) for b in eye.boxes(sideways_photo)]
+    sideways = OriginalFace.measure_all(eye, sideways_photo, eye.boxes(sideways_photo))
     assert len(upright) == 1 and len(sideways) == 1
     assert upright_turn(sideways[0].place.landmarks) == 3
     assert eye.judge.distance(upright[0].descriptor, sideways[0].descriptor)[0] < 0.1

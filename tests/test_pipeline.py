@@ -418,15 +418,13 @@ def test_upscaled_pass_keeps_tiny_faces_but_no_large_unsure_boxes():
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_dlib_reads_a_face_on_its_side_as_it_reads_it_upright(t1_rgb, t1_faces, dlib_judge, k):
     """dlib's landmark model only knows upright faces; the judge turns the photo so that each face is upright first."""
-    from zoo.judges import turn_points, upright_turn
+    from zoo.judges import upright_turn
 
     face = t1_faces[2]
     assert upright_turn(face.landmarks) == 0
     turned = np.ascontiguousarray(np.rot90(t1_rgb, k))
-    lm = turn_points(face.landmarks, k, t1_rgb.shape)
-    corners = turn_points(face.box.reshape(2, 2), k, t1_rgb.shape)
-    sideways = detectors.DetectedFace(np.concatenate([corners.min(0), corners.max(0)]), lm, face.score, face.detector)
-    assert upright_turn(lm) == (4 - k) % 4
+    sideways = detection.turned_face(face, k, t1_rgb.shape)
+    assert upright_turn(sideways.landmarks) == (4 - k) % 4
     upright = dlib_judge.embed_photo_faces(t1_rgb, [face])
     assert dlib_judge.distance(upright, dlib_judge.embed_photo_faces(turned, [sideways]))[0] < 0.05
     assert dlib_judge.distance(upright, dlib_judge.embed_photo_faces(turned, [sideways], shapes_from=turned))[0] < 0.05

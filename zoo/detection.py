@@ -65,6 +65,14 @@ def _from_rotated(face: DetectedFace, k: int, w: int, h: int) -> DetectedFace:
     return DetectedFace(box, back(face.landmarks), face.score, face.detector)
 
 
+def turned_face(face: DetectedFace, k: int, shape: tuple[int, ...]) -> DetectedFace:
+    """``face`` of an image of ``shape`` ``[H, W, ...]`` in the pixels of ``np.rot90(image, k)`` (the inverse of
+    :func:`_from_rotated`)."""
+    h, w = shape[:2]
+    k %= 4
+    return face if k == 0 else _from_rotated(face, 4 - k, *((h, w) if k % 2 else (w, h)))
+
+
 def _intersection(a: np.ndarray, b: np.ndarray) -> float:
     """Area shared by two boxes ``[x0, y0, x1, y1]`` (px^2)."""
     return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
@@ -262,14 +270,18 @@ def _refine(fn, rgb: np.ndarray, face: DetectedFace, min_score: float, scale: fl
     return max(found, key=lambda f: _iou(f.box, face.box)) if found else (face if keep else None)
 
 
-def _large(face: DetectedFace, scale: float) -> bool:
-    """The face is at least :data:`LARGE_FACE_MIN_SIDE` px wide or tall at the detection ``scale``."""
-    return max(face.width, face.height) * scale >= LARGE_FACE_MIN_SIDE
-
-
-def _better_of(found: list[DetectedFace], coarse: list[DetectedFace]) -> list[DetectedFace]:
-    """``found`` with each face of a coarser pass added where it overlaps none, or put in place of the one face it
-    overlaps when it scores higher (a close-up the detector is surer of at a coarser scale)."""
+def _with_large_faces(fn, img, min_score, scale, long_side, found: list[DetectedFace], sure_only: bool) -> list[DetectedFace]:
+    """``found`` (``img``'s faces at the detection ``scale``), and, when none of them is sure, the faces of a pass at
+    :data:`LARGE_FACE_SCALE` of it (a close-up too large for the detector at full scale): where nothing was found,
+    every face of that pass; else its faces of at least :data:`LARGE_FACE_MIN_SIDE` px (``sure_only``: and sure),
+    each added where it overlaps none or put in place of the one weaker face it overlaps."""
+    if any(f.score >= EXTRA_ORIENTATION_SCORE for f in found) or long_side * scale * LARGE_FACE_SCALE < ORIENTATION_PROBE_MIN_SIDE:
+        return found
+    coarse = [
+        f
+        for f in _run_scaled(fn, img, min_score, scale * LARGE_FACE_SCALE)
+        if not found or (max(f.width, f.height) * scale >= LARGE_FACE_MIN_SIDE and (f.score >= EXTRA_ORIENTATION_SCORE or not sure_only))
+    ]
     out = list(found)
     for f in sorted(coarse, key=lambda f: -f.score):
         over = [i for i, g in enumerate(out) if _overlaps(f.box, g.box)]
@@ -301,11 +313,7 @@ def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, u
             box = np.clip(f.box - pad, [0, 0, 0, 0], [w, h, w, h])
             if box[2] - box[0] > 1 and box[3] - box[1] > 1:
                 faces.append(_moved_face(f, -pad, -pad, box))
-    if not any(f.score >= EXTRA_ORIENTATION_SCORE for f in faces) and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
-        # a face too large for the detector at this scale: where nothing was found, any face of the coarser pass;
-        # else its sure faces, added or in place of a weaker box on the same face
-        coarse = _run_scaled(fn, img, min_score, scale * LARGE_FACE_SCALE)
-        faces = _better_of(faces, [f for f in coarse if not faces or (f.score >= EXTRA_ORIENTATION_SCORE and _large(f, scale))])
+    faces = _with_large_faces(fn, img, min_score, scale, long_side, faces, sure_only=True)
     if border:
         faces += _border_faces(fn, img, min_score, scale, faces)
     if upscale and upscale > 1.0:
@@ -345,7 +353,6 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
     probe_scales = [scale if long_side * p < ORIENTATION_PROBE_MIN_SIDE else p for p in probe_scales]
     full = [p == scale for p in probe_scales]  # that turn's probe is its full-scale first pass
     probes = _probe_orientations(fn, rgb, min_score, probe_scales)  # in rgb's pixels
-    to_turned = lambda f, k: f if k == 0 else _from_rotated(f, (4 - k) % 4, *((h, w) if k % 2 else (w, h)))  # noqa: E731
     if not any(f.score >= EXTRA_ORIENTATION_SCORE for p in probes for f in p):
         passes = [search(rgb, probes[0] if full[0] else None)]
         for k in (1, 2, 3):
@@ -353,14 +360,11 @@ def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upsca
                 passes.append(probes[k])
                 continue
             turned = _turned(rgb, k)
-            found = _run_scaled(fn, turned, min_score, scale)
-            if not any(f.score >= EXTRA_ORIENTATION_SCORE for f in found) and long_side * scale * LARGE_FACE_SCALE >= ORIENTATION_PROBE_MIN_SIDE:
-                coarse = _run_scaled(fn, turned, min_score, scale * LARGE_FACE_SCALE)  # a close-up on its side
-                found = _better_of(found, [f for f in coarse if not found or _large(f, scale)])
+            found = _with_large_faces(fn, turned, min_score, scale, long_side, _run_scaled(fn, turned, min_score, scale), sure_only=False)
             passes.append([_from_rotated(f, k, w, h) for f in found])
         return merge_orientations(passes)
     best = _best_pass(probes)
-    found = search(_turned(rgb, best), [to_turned(f, best) for f in probes[best]] if full[best] else None)
+    found = search(_turned(rgb, best), [turned_face(f, best, rgb.shape) for f in probes[best]] if full[best] else None)
     kept = [f if best == 0 else _from_rotated(f, best, w, h) for f in found]
     # Faces of the other turns: a sure one at full scale is added, or replaces the one lower-scored face
     # it overlaps (a head lying on its side in an upright photo: the upright pass may find it at a lower

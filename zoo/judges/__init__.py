@@ -40,6 +40,7 @@ import cv2
 import numpy as np
 
 from ..alignment import ffhq_template
+from ..detection import turned_face
 from ..detectors import DetectedFace, insightface_model_path, package_dir
 
 __all__ = [
@@ -50,7 +51,6 @@ __all__ = [
     "FaceResJudge",
     "FACERES_THRESHOLD",
     "get_judge",
-    "turn_points",
     "upright_turn",
     "available_judges",
     "embed_at_original_places",
@@ -201,20 +201,6 @@ class SFaceJudge(Judge):
         return self._feature(np.ascontiguousarray(crop[:, :, ::-1]), _yunet_row([0, 0, s, s], lm))
 
 
-def turn_points(points: np.ndarray, k: int, shape: tuple[int, ...]) -> np.ndarray:
-    """Pixel coordinates ``[N, 2]`` of an ``H x W`` image mapped into ``np.rot90(image, k)``."""
-    h, w = shape[:2]
-    x, y = points[:, 0], points[:, 1]
-    k %= 4
-    if k == 1:
-        return np.stack([y, w - x], 1)
-    if k == 2:
-        return np.stack([w - x, h - y], 1)
-    if k == 3:
-        return np.stack([h - y, x], 1)
-    return np.asarray(points, dtype=np.float64)
-
-
 def upright_turn(landmarks5: np.ndarray) -> int:
     """Quarter turns ``k`` (``np.rot90``) that put a face upright: the one after which its mouth lies most nearly
     straight below its eyes (5 landmarks: eyes, nose, mouth corners). 0 for any face within 45 degrees of upright."""
@@ -222,12 +208,6 @@ def upright_turn(landmarks5: np.ndarray) -> int:
     down = (lm[3] + lm[4]) / 2 - (lm[0] + lm[1]) / 2  # eyes -> mouth
     below = [down[1], -down[0], -down[1], down[0]]  # its y component after k turns (rot90 of a vector, y down)
     return int(np.argmax(below))
-
-
-def _turned_face(face: DetectedFace, k: int, shape: tuple[int, ...]) -> DetectedFace:
-    """``face`` in the pixels of ``np.rot90(image, k)`` (``shape``: the image's)."""
-    corners = turn_points(np.array([[face.box[0], face.box[1]], [face.box[2], face.box[3]]], dtype=np.float64), k, shape)
-    return DetectedFace(np.concatenate([corners.min(0), corners.max(0)]), turn_points(face.landmarks, k, shape), face.score, face.detector)
 
 
 class DlibJudge(Judge):
@@ -273,7 +253,7 @@ class DlibJudge(Judge):
             k = upright_turn(f.landmarks)
             image, place, face = rgb, where, f
             if k:
-                image, place, face = np.ascontiguousarray(np.rot90(rgb, k)), np.ascontiguousarray(np.rot90(where, k)), _turned_face(f, k, rgb.shape)
+                image, place, face = np.ascontiguousarray(np.rot90(rgb, k)), np.ascontiguousarray(np.rot90(where, k)), turned_face(f, k, rgb.shape)
             (shape,) = self.shapes(place, [face])
             with self._lock:
                 out.append(np.asarray(self._net.compute_face_descriptor(image, shape), dtype=np.float64))
