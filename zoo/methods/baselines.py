@@ -60,33 +60,66 @@ REGION_CONTROLS = (
 )
 
 
-def face_region(face, shape: tuple[int, int], mask_scale: float) -> tuple[int, int, int, int]:
-    """[x0, y0, x1, y1] integer region of ``face`` (a :class:`~zoo.detectors.DetectedFace`) in a photo of
-    ``shape`` (h, w): its box, holding all landmarks, grown by ``mask_scale - 1`` of its size per side."""
-    h, w = shape
+#: a turned face's head reaches behind it (back of the head, ear): the region grows on the side away from the
+#: nose by this many box sizes per eye distance that the nose sits off the eyes' midpoint beyond
+#: :data:`FRONTAL_TURN` (about 0.7 eye distances on a near-profile face: the region then reaches about 0.55 box
+#: widths further back, where the ear and the back of the head are)
+BACK_OF_HEAD = 1.0
+#: nose offsets (eye distances) up to this are frontal: the head-sized region needs no more room behind
+FRONTAL_TURN = 0.15
+
+
+def turn_offset(landmarks: np.ndarray) -> tuple[float, np.ndarray]:
+    """(t, u) of 5 landmarks (pixels; eyes, nose, mouth corners): u the unit vector from the first eye to the
+    second, t the nose's offset from the eyes' midpoint along u in eye distances (about 0 on a frontal face,
+    about +-0.7 near profile; the sign says which way the nose points along u)."""
+    lm = np.asarray(landmarks, np.float64).reshape(-1, 2)
+    eyes = lm[1] - lm[0]
+    dist = float(np.hypot(*eyes))
+    if dist < 1e-6:
+        return 0.0, np.array([1.0, 0.0])
+    u = eyes / dist
+    return float(np.dot(lm[2] - (lm[0] + lm[1]) / 2, u) / dist), u
+
+
+def head_box(face, mask_scale: float) -> np.ndarray:
+    """float [x0, y0, x1, y1] (photo pixels, unclipped): the head-sized region of ``face`` (a
+    :class:`~zoo.detectors.DetectedFace`): its box, holding all landmarks, grown by ``mask_scale - 1`` of its
+    size per side, and on a turned face grown further on the side away from the nose (:data:`BACK_OF_HEAD`),
+    along the eye line, so the back of the head and the ear are covered too."""
     lm = np.asarray(face.landmarks, np.float64).reshape(-1, 2)
     bx0, by0 = min(face.box[0], lm[:, 0].min()), min(face.box[1], lm[:, 1].min())
     bx1, by1 = max(face.box[2], lm[:, 0].max()), max(face.box[3], lm[:, 1].max())
     g = float(mask_scale) - 1.0
     bw, bh = bx1 - bx0, by1 - by0
-    x0, y0 = int(max(0, np.floor(bx0 - g * bw))), int(max(0, np.floor(by0 - g * bh)))
-    x1, y1 = int(min(w, np.ceil(bx1 + g * bw))), int(min(h, np.ceil(by1 + g * bh)))
-    return x0, y0, x1, y1
+    box = np.array([bx0 - g * bw, by0 - g * bh, bx1 + g * bw, by1 + g * bh], np.float64)
+    if len(lm) >= 3:
+        t, u = turn_offset(lm)
+        reach = BACK_OF_HEAD * min(max(abs(t) - FRONTAL_TURN, 0.0), 1.0)
+        back = -np.sign(t) * u * reach * np.array([bw, bh])
+        for axis in (0, 1):
+            box[axis if back[axis] < 0 else axis + 2] += back[axis]
+    return box
+
+
+def face_region(face, shape: tuple[int, int], mask_scale: float) -> tuple[int, int, int, int]:
+    """[x0, y0, x1, y1] integer region of ``face`` in a photo of ``shape`` (h, w): its :func:`head_box`,
+    clipped to the photo."""
+    h, w = shape
+    x0, y0, x1, y1 = head_box(face, mask_scale)
+    return int(max(0, np.floor(x0))), int(max(0, np.floor(y0))), int(min(w, np.ceil(x1))), int(min(h, np.ceil(y1)))
 
 
 def region_mask(face, region: tuple[int, int, int, int], shape: str, mask_scale: float) -> np.ndarray:
-    """float32 [h, w] in [0, 1] over ``region``: 1 inside the grown box (``box``) or inside the ellipse
+    """float32 [h, w] in [0, 1] over ``region``: 1 inside the head box (``box``) or inside the ellipse
     inscribed in it (``ellipse``, edge anti-aliased over ~1.5 px); the ellipse is that of the unclipped
-    grown box, so a face at the photo border keeps its full ellipse."""
+    :func:`head_box`, so a face at the photo border keeps its full ellipse."""
     x0, y0, x1, y1 = region
     if shape == "box":
         return np.ones((y1 - y0, x1 - x0), np.float32)
-    lm = np.asarray(face.landmarks, np.float64).reshape(-1, 2)
-    bx0, by0 = min(face.box[0], lm[:, 0].min()), min(face.box[1], lm[:, 1].min())
-    bx1, by1 = max(face.box[2], lm[:, 0].max()), max(face.box[3], lm[:, 1].max())
-    cx, cy = (bx0 + bx1) / 2, (by0 + by1) / 2
-    a = max((bx1 - bx0) * (2 * float(mask_scale) - 1) / 2, 1.0)
-    b = max((by1 - by0) * (2 * float(mask_scale) - 1) / 2, 1.0)
+    hx0, hy0, hx1, hy1 = head_box(face, mask_scale)
+    cx, cy = (hx0 + hx1) / 2, (hy0 + hy1) / 2
+    a, b = max((hx1 - hx0) / 2, 1.0), max((hy1 - hy0) / 2, 1.0)
     yy, xx = np.mgrid[y0:y1, x0:x1].astype(np.float32)
     r = np.sqrt(((xx + 0.5 - cx) / a) ** 2 + ((yy + 0.5 - cy) / b) ** 2)
     return np.clip((1.0 - r) * min(a, b) / 1.5 + 0.5, 0.0, 1.0).astype(np.float32)
