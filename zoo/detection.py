@@ -336,10 +336,16 @@ def _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, u
     return faces
 
 
+def detection_scale(long_side: int, max_side: int, min_side: int) -> float:
+    """The scale the detector searches a photo at: its longer side brought to at most ``max_side`` and at least
+    ``min_side`` pixels."""
+    return max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
+
+
 def _single_detector(fn, rgb, min_score, max_side, min_side, orientations, upscale, border=True) -> list[DetectedFace]:
     h, w = rgb.shape[:2]
     long_side = max(h, w)
-    scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
+    scale = detection_scale(long_side, max_side, min_side)
     search = lambda img, first=None: _one_orientation(fn, img, min_score, scale, long_side, max_side, min_side, upscale, border, first)  # noqa: E731
     if not orientations:
         return search(rgb)
@@ -442,20 +448,13 @@ def _second_look(fn, rgb: np.ndarray, faces: list[DetectedFace], scale: float) -
             c = c if k == 0 else _from_rotated(c, k, w, h)
             if any(_overlaps(c.box, g.box) for g in [*faces, *found]):
                 continue
-            side = max(c.width, c.height)
-            x0, y0, x1, y1 = np.clip(np.round(c.box + REFINE_MARGIN * side * np.array([-1, -1, 1, 1])), [0, 0, 0, 0], [w, h, w, h]).astype(int)
-            if x1 - x0 < 2 or y1 - y0 < 2:
-                continue
-            factor = min(max(SECOND_LOOK_FACE_SIDE / side, 1.0), SECOND_LOOK_MAX_FACTOR)
-            crop = _turned(np.ascontiguousarray(rgb[y0:y1, x0:x1]), k)
+            factor = min(max(SECOND_LOOK_FACE_SIDE / max(c.width, c.height), 1.0), SECOND_LOOK_MAX_FACTOR)
             try:
-                confirmed = _run_scaled(check, crop, SECOND_LOOK_SCORE, factor)
+                sure = _refine(check, rgb, c, SECOND_LOOK_SCORE, factor, turn=k, keep=False)
             except NoDetectorError:
                 return found
-            sure = [f if k == 0 else _from_rotated(f, k, x1 - x0, y1 - y0) for f in confirmed]
-            sure = [g for g in (_moved_face(f, x0, y0) for f in sure) if _overlaps(g.box, c.box)]
-            if sure:
-                found.append(max(sure, key=lambda f: _iou(f.box, c.box)))
+            if sure is not None:
+                found.append(sure)
     return found
 
 
@@ -505,8 +504,6 @@ def detect_faces(
     if second_look and names != [SECOND_LOOK_DETECTOR] and SECOND_LOOK_DETECTOR not in names:
         fn, default_score = DETECTORS[names[0]]
         if min_score is None or float(min_score) > DOUBT_SCORE:
-            long_side = max(rgb.shape[:2])
-            scale = max_side / long_side if long_side > max_side else (min_side / long_side if long_side < min_side else 1.0)
-            faces += _second_look(fn, rgb, faces, scale)
+            faces += _second_look(fn, rgb, faces, detection_scale(max(rgb.shape[:2]), max_side, min_side))
     faces.sort(key=lambda f: f.center)
     return faces
