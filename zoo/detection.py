@@ -501,9 +501,7 @@ def detect_faces(
             faces = found
         else:
             faces += [f for f in sorted(found, key=lambda f: -f.score) if not any(_overlaps(f.box, g.box) for g in faces)]
-    if second_look and names != [SECOND_LOOK_DETECTOR] and SECOND_LOOK_DETECTOR not in names:
-        fn, default_score = DETECTORS[names[0]]
-        if min_score is None or float(min_score) > DOUBT_SCORE:
-            faces += _second_look(fn, rgb, faces, detection_scale(max(rgb.shape[:2]), max_side, min_side))
+    if second_look and SECOND_LOOK_DETECTOR not in names and (min_score is None or float(min_score) > DOUBT_SCORE):
+        faces += _second_look(DETECTORS[names[0]][0], rgb, faces, detection_scale(max(rgb.shape[:2]), max_side, min_side))
     faces.sort(key=lambda f: f.center)
     return faces

@@ -92,12 +92,11 @@ def head_box(face, mask_scale: float) -> np.ndarray:
     g = float(mask_scale) - 1.0
     bw, bh = bx1 - bx0, by1 - by0
     box = np.array([bx0 - g * bw, by0 - g * bh, bx1 + g * bw, by1 + g * bh], np.float64)
-    if len(lm) >= 3:
-        t, u = turn_offset(lm)
-        reach = BACK_OF_HEAD * min(max(abs(t) - FRONTAL_TURN, 0.0), 1.0)
-        back = -np.sign(t) * u * reach * np.array([bw, bh])
-        for axis in (0, 1):
-            box[axis if back[axis] < 0 else axis + 2] += back[axis]
+    t, u = turn_offset(lm)
+    reach = BACK_OF_HEAD * min(max(abs(t) - FRONTAL_TURN, 0.0), 1.0)
+    back = -np.sign(t) * u * reach * np.array([bw, bh])
+    for axis in (0, 1):
+        box[axis if back[axis] < 0 else axis + 2] += back[axis]
     return box
 
 
