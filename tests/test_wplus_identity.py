@@ -6,7 +6,15 @@ import pytest
 import torch
 
 from zoo.nn.mobilestylegan import NUM_SLOTS, STYLE_DIM
-from zoo.nn.wplus_identity import DEVIATION_SLOTS, DEVIATION_SLOTS_V5, IDENTITY_SLOTS, WPlusIdentity, identity_basis_dir, load_wplus_identity
+from zoo.nn.wplus_identity import (
+    COARSE_SLOTS,
+    DEVIATION_SLOTS,
+    DEVIATION_SLOTS_V5,
+    IDENTITY_SLOTS,
+    WPlusIdentity,
+    identity_basis_dir,
+    load_wplus_identity,
+)
 
 
 def _toy(k: int = 6, big_k: int = 9, seed: int = 0) -> WPlusIdentity:
@@ -120,8 +128,50 @@ def test_demo_method_on_wplus_keeps_the_rest_of_the_face_and_inverts_exactly(per
     assert torch.allclose(back, code, atol=1e-3)
     assert (wrong - code).abs().amax() > 0.5
     assert (u_anon - m.identity_code(code)).norm(dim=1).min() > 5.0  # |u| ~ 10: the identity moved far
-    others = [s for s in range(NUM_SLOTS) if s not in DEVIATION_SLOTS]
+    others = [s for s in range(NUM_SLOTS) if s not in DEVIATION_SLOTS + COARSE_SLOTS]
     assert torch.equal(anon[:, others], code[:, others])
+    assert (anon[:, list(COARSE_SLOTS)] - code[:, list(COARSE_SLOTS)]).abs().amax() > 0.1  # the coarse slots hold identity too
+
+
+def test_the_coarse_slots_take_the_codes_change_and_the_inverse_removes_it():
+    """With a ``coarse_edit``, slots 0-1 move by coarse_edit (u_new - u); the inverse call with the original code
+    gives W+ back exactly; ``coarse=False`` (a code written without it) leaves them alone."""
+    base = _toy()
+    coarse = torch.randn(STYLE_DIM, base.dim, generator=torch.Generator().manual_seed(8)) * 0.1
+    ident = WPlusIdentity(base.code_matrix, base.edit_matrix, base.span, base.w_mean, coarse_edit=coarse)
+    w = _wplus()
+    u = ident.code(w)
+    u_new = torch.randn_like(u)
+    rot = _rotations(ident, w.shape[0], 2)
+    edited = ident.with_code(w, u_new, *rot)
+    assert torch.allclose(edited[:, list(COARSE_SLOTS)], w[:, list(COARSE_SLOTS)] + ((u_new - u) @ coarse.T)[:, None], atol=1e-5)
+    assert torch.allclose(ident.with_code(edited, u, *rot, inverse=True), w, atol=1e-4)
+    plain = ident.with_code(w, u_new, *rot, coarse=False)
+    assert torch.equal(plain[:, list(COARSE_SLOTS)], w[:, list(COARSE_SLOTS)])
+    with pytest.raises(ValueError, match="coarse_edit must be"):
+        WPlusIdentity(base.code_matrix, base.edit_matrix, base.span, base.w_mean, coarse_edit=coarse[:, :3])
+
+
+def test_shipped_coarse_edit_has_no_component_along_the_pose_gradients_of_its_slots():
+    """The shipped ``coarse_edit`` = U diag(sigma) (I - P P^T) Q: in whitened coordinates its columns are orthogonal
+    to the three pose gradients measured in slots 0-1 (config.json), and it keeps most of the identity edit."""
+    import json
+
+    ident = _shipped()
+    assert ident.coarse_edit is not None
+    config = json.loads((identity_basis_dir() / "config.json").read_text())
+    assert config["coarse_slots"] == list(COARSE_SLOTS)
+    grad = torch.tensor([config["coarse_pose_gradient_deg_per_sigma"][str(i)] for i in range(ident.span.shape[1])], dtype=torch.float64)
+    # whitened coordinates of the columns: diag(1/sigma) U^T coarse_edit, with sigma read off the edit matrix
+    sigma = ((ident.span.T @ ident.edit_matrix).norm(dim=1) / (ident.span.T @ ident.code_matrix).norm(dim=1)).sqrt().double()
+    white = (ident.span.T @ ident.coarse_edit).double() / sigma[:, None]
+    q = (ident.span.T @ ident.edit_matrix).double() / sigma[:, None]
+    pose = torch.linalg.qr(grad)[0]
+    # measured 0.019 of the largest entry (the stored gradients are rounded to 0.01); Q itself (pose-free in slots
+    # 4-12, not in slots 0-1) 0.37
+    assert (pose.T @ white).abs().amax() < 0.05 * white.abs().amax()
+    assert (pose.T @ q).abs().amax() > 0.2 * q.abs().amax()
+    assert float(white.norm()) > 0.9 * float(q.norm())  # 3 of 103 directions removed
 
 
 def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(personal_wplus):
@@ -223,7 +273,7 @@ def test_a_code_from_a_version_5_block_is_recovered_with_its_own_deviation_slots
         code = w + 0.3 * torch.randn(1, NUM_SLOTS, STYLE_DIM, generator=gen)  # an inverted real face has deviations
         keys = m.face_keys(m.run_secret("v5"), 1)
         u_anon = m.anonymized_code(m.identity_code(code), keys)
-        anon = m.with_identity(code, u_anon, keys, deviation_slots=DEVIATION_SLOTS_V5)
+        anon = m.with_identity(code, u_anon, keys, deviation_slots=DEVIATION_SLOTS_V5, coarse=False)
         y = m.decode(anon)
         carried = {"latent": u_anon[0].numpy(), "code": m.wplus.carried_rows(anon)[0].numpy()}
         as_v5 = m.recover_faces(y, keys, refine_steps=0, carried=[{**carried, "block_version": 5}])
@@ -231,6 +281,26 @@ def test_a_code_from_a_version_5_block_is_recovered_with_its_own_deviation_slots
         original = m.decode(code)
     assert (as_v5 - original).abs().amax() < 0.02
     assert (as_v6 - original).abs().mean() > 0.02
+
+
+def test_a_code_from_a_version_7_block_is_recovered_without_the_coarse_edit(personal_wplus):
+    """Blocks of zoo.carrier version <= 7 hold codes drawn with slots 0-1 as they were: recovery leaves those slots
+    alone; a current block's code (slots 0-1 edited) comes back exactly with the current recovery."""
+    m = personal_wplus
+    g = m.wplus.generator
+    gen = torch.Generator().manual_seed(13)
+    with torch.no_grad():
+        code = g.style(torch.randn(1, STYLE_DIM, generator=gen), 0.7)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+        keys = m.face_keys(m.run_secret("v7"), 1)
+        u_anon = m.anonymized_code(m.identity_code(code), keys)
+        original = m.decode(code)
+        for version, coarse in ((7, False), (8, True)):
+            anon = m.with_identity(code, u_anon, keys, coarse=coarse)
+            carried = {"latent": u_anon[0].numpy(), "code": m.wplus.carried_rows(anon)[0].numpy(), "block_version": version}
+            back = m.recover_faces(m.decode(anon), keys, refine_steps=0, carried=[carried])
+            assert (back - original).abs().amax() < 0.02, version
+        as_v7 = m.recover_faces(m.decode(anon), keys, refine_steps=0, carried=[{**carried, "block_version": 7}])
+    assert (as_v7 - original).abs().mean() > 0.01
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

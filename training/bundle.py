@@ -435,7 +435,8 @@ def wplus_section(default: list[dict[str, Any]]) -> list[tuple[str, str]]:
     text = (
         "The keyed transform runs, by default, on the identity code of the FFHQ-grade generator's W+ (`latent_space: "
         "wplus`, 256 px; `zoo.nn.wplus_identity`): pose, expression, hair and lighting stay, the identity code is edited "
-        "with the key and the rest of the identity slots is rotated with it. The evaluations above labelled *FFHQ-grade "
+        "with the key, the rest of the identity slots is rotated with it, and the code's change also moves the 4 and 8 px "
+        "slots along directions that leave the head's pose alone. The evaluations above labelled *FFHQ-grade "
         f"W+ (the default)* measure it; those labelled *{DCGAN_TIER}* measure the same keyed transform on the small "
         "generator it was trained with.\n\n"
         "Weights of the generator: MobileStyleGAN from the `random-face` wheel, a distillation of NVIDIA's StyleGAN2-FFHQ "
