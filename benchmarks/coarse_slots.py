@@ -26,6 +26,7 @@ import torch
 
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, write_results
+from benchmarks.wplus_methods import generated_faces
 from zoo.face3d.landmarks import angle_difference
 from zoo.methods.fit_controls import InversionFit
 
@@ -35,14 +36,13 @@ JUDGES = ("sface", "faceres")
 
 def faces_and_codes(method, generated: int) -> dict[str, tuple[np.ndarray, torch.Tensor]]:
     """{"generated": (uint8 crops [N,256,256,3], W+ [N,23,512]), "tuning": (...)}: the faces and their codes."""
-    from zoo.imageio import from_tensor, to_tensor
+    from zoo.imageio import to_tensor
 
     out = {}
     if generated > 0:
         with torch.no_grad():
-            z = torch.randn(generated, 512, generator=torch.Generator().manual_seed(7_000_000))
-            w = method.wplus.generator.style(z, 0.8)[:, None].expand(-1, 23, -1).contiguous()
-            out["generated"] = (np.concatenate([from_tensor(method.decode(w[i : i + 8])) for i in range(0, generated, 8)]), w)
+            codes, crops = generated_faces(method, generated, 7_000_000)
+        out["generated"] = (crops, codes)
     crops = np.stack([f[3] for f in packaged_faces() if f[1] == "tuning"])
     x = to_tensor(crops)
     out["tuning"] = (crops, torch.cat([method.encode(x[i : i + 8], InversionFit(20, 1.0, 0.4)).detach() for i in range(0, len(x), 8)]))

@@ -59,7 +59,7 @@ def _rate(flags) -> dict:
     return rate(sum(flags), len(flags))
 
 
-def _generated(method, n: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
+def generated_faces(method, n: int, seed: int) -> tuple[torch.Tensor, np.ndarray]:
     """``n`` of the generator's own faces (truncation 0.8) from ``seed``: W+ ``[n,23,512]`` and uint8 256 px crops,
     drawn as the methods draw a code (``method.decode``), so a face's own code gives it back exactly."""
     gen = torch.Generator().manual_seed(seed)
@@ -128,8 +128,8 @@ def main(argv: list[str] | None = None) -> int:
     sets: dict[str, dict] = {}
     if "generated" in wanted:
         with torch.no_grad():
-            codes, images = _generated(first, args.generated, 5_000_000)
-            _, unrelated = _generated(first, args.generated, 6_000_000)
+            codes, images = generated_faces(first, args.generated, 5_000_000)
+            _, unrelated = generated_faces(first, args.generated, 6_000_000)
         sets["generated"] = {"names": [f"seed5e6+{i}" for i in range(len(codes))], "crops": images, "codes": codes, "steps": 0, "unrelated": unrelated}
     real = packaged_faces() if {"tuning", "held-out"} & set(wanted) else []
     for split in ("tuning", "held-out"):

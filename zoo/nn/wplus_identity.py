@@ -84,19 +84,23 @@ DEVIATION_SLOTS_V5 = tuple(range(4, 19))
 COARSE_SLOTS = (0, 1)
 
 
-def carried_coarse_edit(carried) -> bool:
-    """Whether a face's carried code (``values()`` of a :mod:`zoo.carrier` block) was drawn with slots 0-1 edited:
-    False for a block of version 7 or earlier, True for a newer block, a code that did not come from a block, or none."""
+def _written_by_block_version(carried, last: int) -> bool:
+    """Whether a face's carried code (``values()`` of a :mod:`zoo.carrier` block) came from a block of version
+    ``last`` or earlier (False for a code that did not come from a block, or none)."""
     version = carried.get("block_version") if isinstance(carried, dict) else None
-    return not (version is not None and int(version) <= 7)
+    return version is not None and int(version) <= last
+
+
+def carried_coarse_edit(carried) -> bool:
+    """Whether a face's carried code was drawn with slots 0-1 edited: False for a block of version 7 or earlier, True
+    for a newer block, a code that did not come from a block, or none."""
+    return not _written_by_block_version(carried, 7)
 
 
 def carried_deviation_slots(carried) -> tuple[int, ...] | None:
-    """The deviation slots a face's carried code (``values()`` of a :mod:`zoo.carrier` block) was drawn with:
-    :data:`DEVIATION_SLOTS_V5` for a block of version 5 or earlier; None (the current ones) for a newer block, a code
-    that did not come from a block, or none."""
-    version = carried.get("block_version") if isinstance(carried, dict) else None
-    return DEVIATION_SLOTS_V5 if version is not None and int(version) <= 5 else None
+    """The deviation slots a face's carried code was drawn with: :data:`DEVIATION_SLOTS_V5` for a block of version 5
+    or earlier; None (the current ones) for a newer block, a code that did not come from a block, or none."""
+    return DEVIATION_SLOTS_V5 if _written_by_block_version(carried, 5) else None
 
 
 def identity_basis_dir() -> Path:
@@ -199,7 +203,8 @@ class WPlusIdentity(torch.nn.Module):
         u = m @ self.code_matrix.to(wplus)
         if u_new.shape != u.shape:
             raise ValueError(f"identity code must be {list(u.shape)}, got {list(u_new.shape)}")
-        m_new = m + (u_new.to(u) - u) @ self.edit_matrix.to(wplus).T
+        du = u_new.to(u) - u
+        m_new = m + du @ self.edit_matrix.to(wplus).T
         if residual_rotation is not None:
             comp = self.complement.to(wplus)
             rc = m @ comp
@@ -213,7 +218,7 @@ class WPlusIdentity(torch.nn.Module):
             dev = torch.einsum("nsd,nde->nse", dev, rot)
         out[:, slots] = self.w_mean.to(wplus) + m_new[:, None] + dev
         if coarse and self.coarse_edit is not None:
-            out[:, list(COARSE_SLOTS)] = wplus[:, list(COARSE_SLOTS)] + ((u_new.to(u) - u) @ self.coarse_edit.to(wplus).T)[:, None]
+            out[:, list(COARSE_SLOTS)] = wplus[:, list(COARSE_SLOTS)] + (du @ self.coarse_edit.to(wplus).T)[:, None]
         return out
 
 
@@ -273,6 +278,11 @@ def pose_free_edit(
     return ((span.double() * sigma.double()) @ keep @ q.double()).float(), grad
 
 
+def _gradient_table(grad: torch.Tensor) -> dict[str, list[float]]:
+    """Pose gradients ``[K,3]`` as the basis config writes them: {direction: [yaw, pitch, roll] degrees per sigma}."""
+    return {str(i): [round(float(v), 2) for v in grad[i]] for i in range(grad.shape[0])}
+
+
 def build_identity_basis(generator, k: int = 100, n: int = 20000, seed: int = 0, slots: Sequence[int] = IDENTITY_SLOTS) -> tuple[dict[str, torch.Tensor], dict]:
     """The identity basis (module docstring) from K = k + 3 principal directions, all probed for their pose
     gradient. Returns (tensors for the basis file, a summary for its config)."""
@@ -294,8 +304,8 @@ def build_identity_basis(generator, k: int = 100, n: int = 20000, seed: int = 0,
     }
     summary = {
         "coarse_slots": list(COARSE_SLOTS),
-        "pose_gradient_deg_per_sigma": {str(i): [round(float(v), 2) for v in grad[i]] for i in range(big_k)},
-        "coarse_pose_gradient_deg_per_sigma": {str(i): [round(float(v), 2) for v in coarse_grad[i]] for i in range(big_k)},
+        "pose_gradient_deg_per_sigma": _gradient_table(grad),
+        "coarse_pose_gradient_deg_per_sigma": _gradient_table(coarse_grad),
         "explained_variance": round(float((sigma**2).sum() / (pcs["sigma"] ** 2).sum()), 4),
     }
     return {name: v.float() for name, v in tensors.items()}, summary
@@ -336,7 +346,7 @@ def _add_coarse_edit(folder: Path) -> None:
         coarse, grad = pose_free_edit(g, t["span"], sigma, q)
     save_file({**{k: v.contiguous() for k, v in t.items()}, "coarse_edit": coarse.contiguous()}, str(folder / "basis.safetensors"))
     config["coarse_slots"] = list(COARSE_SLOTS)
-    config["coarse_pose_gradient_deg_per_sigma"] = {str(i): [round(float(v), 2) for v in grad[i]] for i in range(big_k)}
+    config["coarse_pose_gradient_deg_per_sigma"] = _gradient_table(grad)
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 
