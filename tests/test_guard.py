@@ -480,6 +480,32 @@ def test_guard_strengthens_the_compositing_before_it_blurs():
     assert plain[0].blurred and plain[1].blurred and not plain[2].blurred
 
 
+def test_guard_draws_a_face_faceres_still_finds_close_over_a_wider_region():
+    """A face past both blur lines but nearer to the original by FaceRes than its target is measured again at the
+    wider reaches and keeps the first reach at which FaceRes puts it past the target; one that never gets there keeps
+    the default region and is not blurred; a face past the target is never redrawn wider."""
+    from zoo.guard import STRONGER_REACHES, guard_for, protect
+
+    g = guard_for()
+    gap = (g.floor + 0.1, (g.faceres_floor + g.faceres_target) / 2)  # past both floors, short of FaceRes's target
+    far = (g.floor + 0.1, g.faceres_target + 0.05)
+    calls = []
+
+    def distances(candidate, which, reach=None):
+        calls.append(dict(reach or {}))
+        r = reach or {}
+        # face 0: in the gap until the second wider reach; face 1: in the gap at every reach; face 2: far at once
+        return {i: (far if i == 2 or (i == 0 and r.get(i, 0) >= STRONGER_REACHES[1]) else gap) for i in which}
+
+    crops = np.zeros((3, 8, 8, 3), np.uint8)
+    _, _, _, checks = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0, STRONGER_REACHES)
+    assert checks[0].reach == STRONGER_REACHES[1] and not checks[0].blurred and not checks[0].short_of_faceres_target(g)
+    assert checks[1].reach is None and not checks[1].blurred and checks[1].short_of_faceres_target(g)
+    assert checks[2].reach is None and not checks[2].blurred
+    assert calls[1] == {0: STRONGER_REACHES[0], 1: STRONGER_REACHES[0]} and calls[2] == {0: STRONGER_REACHES[1], 1: STRONGER_REACHES[1]}
+    assert len(calls) == 3
+
+
 class _FakeVariantPipeline(_FakePipeline):
     """As :class:`_FakePipeline`, with one key variant whose output is filled with 1 (the plain key's with 0)."""
 

@@ -21,12 +21,14 @@ The rule:
   keys (``DeidMethod.guard_wrong_keys`` in all), and the nearest recovery counts: one wrong key is one sample of
   what an attacker gets. The variant's number rides in the face's carrier block (:mod:`zoo.carrier`), so recovery
   from the saved image uses the same variant;
-* the kept face, or its wrong-key recovery, still recognized by either (below): the guard *strengthens* the
-  compositing instead of blurring at once. The new face then reaches further beyond the face mesh's hull
-  (:data:`STRONGER_REACHES`, fractions of the face size; :func:`zoo.compositing.region_reach`), over the
-  original's outline, cheeks and hairline, which carry much of what a recognizer sees in the photo; the first
-  reach at which neither recognizer matches the face nor its wrong-key recovery is kept (photos only: an aligned
-  crop has no surroundings);
+* the kept face, or its wrong-key recovery, still recognized by either (below), or still nearer to the original by
+  FaceRes than its target (the recognizer no method trains with puts it closer than 90% of strangers are to each
+  other): the guard *strengthens* the compositing instead of keeping it, or of blurring at once. The new face then
+  reaches further beyond the face mesh's hull (:data:`STRONGER_REACHES`, fractions of the face size;
+  :func:`zoo.compositing.region_reach`), over the original's outline, cheeks and hairline, which carry much of what
+  a recognizer sees in the photo; the first reach at which neither recognizer matches the face nor its wrong-key
+  recovery, and FaceRes puts both past its target, is kept; a recognized face also takes the first reach at which
+  it is no longer recognized (photos only: an aligned crop has no surroundings);
 * the face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
   published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
   of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). Its
@@ -137,6 +139,15 @@ class GuardCheck:
     def recognized(self, guard: "PrivacyGuard") -> bool:
         """Whether the face must be blurred: either recognizer matches the anonymized face or its wrong-key recovery."""
         return self.face_recognized(guard) or self.wrong_key_recognized(guard)
+
+    def short_of_faceres_target(self, guard: "PrivacyGuard") -> bool:
+        """Whether FaceRes puts the face or its wrong-key recovery nearer to the original than the guard's FaceRes
+        target (:data:`FACERES_TARGET`): the guard then draws the face over a wider region (:func:`protect`)."""
+        return self.faceres_score < guard.faceres_target
+
+    def strength(self, guard: "PrivacyGuard") -> tuple[bool, bool]:
+        """Order of preference between compositing reaches: not recognized first, then past FaceRes's target."""
+        return (not self.recognized(guard), not self.short_of_faceres_target(guard))
 
     def margin(self, guard: "PrivacyGuard") -> float:
         """How far past both targets the face (and its wrong-key recovery) is, in units of each recognizer's
@@ -250,10 +261,12 @@ def protect(
     ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
     again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
     best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred (their codes still ride:
-    the carrier's key check refuses a wrong key). Before that, a face still recognized is measured again at each
-    compositing reach of ``reaches`` in turn, every variant drawn for it (``distances(candidate, which, reach={face:
-    reach})`` composes it so), and keeps the first (reach, variant) at which neither the face nor its wrong-key
-    recoveries are recognized (:attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
+    the carrier's key check refuses a wrong key). Before that, a face still recognized, or short of the FaceRes
+    target (:meth:`GuardCheck.short_of_faceres_target`), is measured again at each compositing reach of ``reaches``
+    in turn, every variant drawn for it (``distances(candidate, which, reach={face: reach})`` composes it so); a
+    (reach, variant) at which neither the face nor its wrong-key recoveries are recognized replaces the kept one when
+    it is stronger (:meth:`GuardCheck.strength`: a recognized face takes the first it is not recognized at, and every
+    face the first that is past FaceRes's target too; :attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
     face narrower than :data:`MIN_VERIFIED_FACE_PX` is measured once and marked to be blurred, with no key variant or
     wider region tried for it. Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
@@ -312,10 +325,10 @@ def protect(
                     found[i].add_wrong_key(d, df)
 
     probe_more(outs, latents, {i: checks[i] for i in live})
-    recognized = [i for i in live if i not in too_small and checks[i].recognized(guard)]
+    weak = [i for i in live if i not in too_small and checks[i].strength(guard) != (True, True)]
     for r in reaches:  # strengthen: each variant drawn, over more of the original's surroundings
         for number in range(n_variants + 1):
-            which = [i for i in recognized if number in drawn[i]]
+            which = [i for i in weak if number in drawn[i]]
             if not which:
                 continue
             trial, trial_latents = list(outs), list(latents)
@@ -325,11 +338,11 @@ def protect(
             got = checked(trial, trial_latents, which, number, wider)
             probe_more(trial, trial_latents, got, wider)
             for i, check in got.items():
-                if not check.recognized(guard):
+                if not check.recognized(guard) and check.strength(guard) > checks[i].strength(guard):
                     check.tried, check.reach = checks[i].tried, float(r)
                     outs[i], latents[i] = drawn[i][number]
                     variants[i], checks[i] = number, check
-            recognized = [i for i in recognized if checks[i].recognized(guard)]
+            weak = [i for i in weak if checks[i].strength(guard) != (True, True)]
     for i in live:
         checks[i].blurred = i in too_small or checks[i].recognized(guard)
         if i in too_small:
