@@ -111,10 +111,11 @@ def write_report(result: dict, out: Path) -> None:
         "",
         f"Each face anonymized once at the method's defaults (guard on), then recovered from the lossless output with {result['keys']} "
         "wrong keys (and from a JPEG q95 copy with other wrong keys). dlib judges at 0.6 at the original's place; k/n [95% Wilson interval]. "
-        "Refused: recovery left the face as it was (the block's key check failed, or the face carries no block).",
+        "Refused: recovery left the face as it was (the block's key check failed, or the face carries no block). "
+        "Wider region: faces the guard composited beyond the default reach (zoo.guard.STRONGER_REACHES).",
         "",
-        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | JPEG copy: refused | re-inverted pixels, own key: matched | guard blurred | code carried |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| method | split | faces | anonymized matched | right key: same person | wrong key: face-keys matched | faces with any wrong key matched | min wrong-key dlib distance | wrong keys refused | JPEG copy, wrong key: matched | JPEG copy: refused | re-inverted pixels, own key: matched | guard blurred | guard: wider region | code carried |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for method, per in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -122,8 +123,9 @@ def write_report(result: dict, out: Path) -> None:
             if not s.get("faces"):
                 continue
             cells = [rate_text(s[k]) for k in ("anonymized_matched", "right_key_matched", "face_keys_matched", "faces_any_key_matched")]
+            wider = sum(bool((r.get("guard") or {}).get("reach")) for r in per["faces_rows"] if r["split"] == split)
             lines.append(
-                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {rate_text(s['reinvert_face_keys_matched']) if s.get('reinvert_face_keys_matched', {}).get('n') else '-'} | {s['guard_blurred']} | {s['code_carried']} |"
+                f"| {method} | {split} | {s['faces']} | {' | '.join(cells)} | {s['min_dlib']} | {s['key_refused']}/{s['face_keys']} | {rate_text(s['jpeg_face_keys_matched'])} | {s.get('jpeg_refused', 0)}/{s.get('jpeg_face_keys', 0)} | {rate_text(s['reinvert_face_keys_matched']) if s.get('reinvert_face_keys_matched', {}).get('n') else '-'} | {s['guard_blurred']} | {wider} | {s['code_carried']} |"
             )
     matched = [
         f"{m}: {r['photo']}:{r['face']} ({sum(k['dlib'] < 0.6 for k in r['keys'])} keys)"

@@ -75,9 +75,9 @@ FACERES_TARGET = 0.5803
 FACERES_FLOOR = 0.6168
 #: compositing reaches (fraction of the face size beyond the mesh hull; the default is
 #: :data:`zoo.compositing.MASK_GROW`, 0.02) the guard tries, in order, on a face still recognized after every key
-#: variant, before it blurs. On 9 tuning faces x 2 keys of ``dbaf`` (SFace / FaceRes only), face-keys at a blur
-#: line: 6 of 18 at 0.02, 2 at 0.10, 1 at 0.15 (``docs/privacy_guard.md``). A wider region shows more of the drawn
-#: face's own hairline, so only faces that would otherwise be blurred get it.
+#: variant, before it blurs, and on one FaceRes still puts short of its target. On 9 tuning faces x 2 keys of ``dbaf``
+#: (SFace / FaceRes only), face-keys at a blur line: 6 of 18 at 0.02, 2 at 0.10, 1 at 0.15
+#: (``docs/privacy_guard.md``). A wider region shows more of the drawn face's own hairline, so only those faces get it.
 STRONGER_REACHES = (0.10, 0.15)
 #: the narrowest face (detector box width, px) the guard vouches for: on real photographs of 5 people
 #: (``benchmarks/results/recognizer_pairs_*px.md``, 275 same-person pairs, each face area-downscaled to that width),
@@ -364,21 +364,28 @@ def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Di
     key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated anonymized code
     with any wrong password). One stand-in wrong key is a sample of what an attacker with the wrong key gets; the
     guard accepts a candidate only if that sample is far from the person for both recognizers, and probes the face
-    it keeps with ``guard_wrong_keys`` samples."""
+    it keeps with ``guard_wrong_keys`` samples.
+
+    Within one :func:`protect` call face ``i``'s candidate at key variant ``number`` is always the same drawn face, so
+    its recovery with wrong key ``wrong_number`` is computed once and only composed again at another reach."""
     if not (pipeline.method.guard_wrong_key_check and pipeline.method.reversible and pipeline.method.uses_key):
         return None
+    recoveries: dict[tuple[int, int, int], np.ndarray | None] = {}  # (face, variant, wrong key) -> recovered crop
 
     def probe(
         candidate: list, candidate_latents: list, which: list[int], number: int, wrong_number: int = 0, reach: dict[int, float] | None = None
     ) -> dict[int, tuple[float, float]]:
+        todo = [i for i in which if (i, number, wrong_number) not in recoveries]
+        if todo:
+            wrong = [k.wrong_key(wrong_number) for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in todo])]
+            k, ctl = pipeline.method.guard_variant(wrong, controls, number)
+            rec, _, _ = pipeline.process_isolated("recover", np.stack([candidate[i] for i in todo]), k, ctl, [candidate_latents[i] for i in todo])
+            recoveries.update({(i, number, wrong_number): r for i, r in zip(todo, rec)})
         if not which:
             return {}
-        wrong = [k.wrong_key(wrong_number) for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in which])]
-        k, ctl = pipeline.method.guard_variant(wrong, controls, number)
-        rec, _, _ = pipeline.process_isolated("recover", np.stack([candidate[i] for i in which]), k, ctl, [candidate_latents[i] for i in which])
         recovered = list(candidate)
-        for i, r in zip(which, rec):
-            recovered[i] = r
-        return distances(recovered, [i for i, r in zip(which, rec) if r is not None], reach)
+        for i in which:
+            recovered[i] = recoveries[(i, number, wrong_number)]
+        return distances(recovered, [i for i in which if recovered[i] is not None], reach)
 
     return probe
