@@ -453,30 +453,39 @@ class _FakePipeline:
         uses_key = False
 
 
-def test_guard_strengthens_the_compositing_before_it_blurs():
-    """A face still recognized at the default compositing is measured again at each wider reach; the first reach
-    at which neither recognizer matches it is kept (not blurred); a face recognized at every reach is blurred."""
-    from zoo.guard import STRONGER_REACHES, guard_for, protect
+def _protect_three_faces(g, close, far, reaches):
+    """:func:`zoo.guard.protect` on three faces of a keyless method, measured at (SFace, FaceRes) distances: face 0 at
+    ``close`` until the second of ``STRONGER_REACHES``, face 1 at ``close`` at every reach, face 2 at ``far`` at once.
+    Returns (outs, checks, the reaches each ``distances`` call was asked for)."""
+    from zoo.guard import STRONGER_REACHES, protect
 
-    g = guard_for()
-    near, far = (g.floor - 0.1, g.faceres_floor - 0.1), (g.floor + 0.1, g.faceres_floor + 0.1)
     calls = []
 
     def distances(candidate, which, reach=None):
         calls.append(dict(reach or {}))
-        # face 0: recognized until the second wider reach; face 1: recognized at every reach; face 2: far at once
         r = reach or {}
-        return {i: (far if i == 2 or (i == 0 and r.get(i, 0) >= STRONGER_REACHES[1]) else near) for i in which}
+        return {i: (far if i == 2 or (i == 0 and r.get(i, 0) >= STRONGER_REACHES[1]) else close) for i in which}
 
     crops = np.zeros((3, 8, 8, 3), np.uint8)
-    outs, _, _, checks = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0, STRONGER_REACHES)
+    outs, _, _, checks = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0, reaches)
+    return outs, checks, calls
+
+
+def test_guard_strengthens_the_compositing_before_it_blurs():
+    """A face still recognized at the default compositing is measured again at each wider reach; the first reach
+    at which neither recognizer matches it is kept (not blurred); a face recognized at every reach is blurred."""
+    from zoo.guard import STRONGER_REACHES, guard_for
+
+    g = guard_for()
+    near, far = (g.floor - 0.1, g.faceres_floor - 0.1), (g.floor + 0.1, g.faceres_floor + 0.1)
+    outs, checks, calls = _protect_three_faces(g, near, far, STRONGER_REACHES)
     assert len(outs) == 3
     assert checks[0].reach == STRONGER_REACHES[1] and not checks[0].blurred and checks[0].as_dict()["reach"] == STRONGER_REACHES[1]
     assert checks[1].reach is None and checks[1].blurred and checks[1].blur_reason == "face" and "reach" not in checks[1].as_dict()
     assert checks[2].reach is None and not checks[2].blurred
     assert calls[0] == {} and calls[1] == {0: STRONGER_REACHES[0], 1: STRONGER_REACHES[0]} and calls[2] == {0: STRONGER_REACHES[1], 1: STRONGER_REACHES[1]}
     # without reaches (aligned crops: nothing around the face) the guard blurs as before
-    _, _, _, plain = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0)
+    _, plain, _ = _protect_three_faces(g, near, far, ())
     assert plain[0].blurred and plain[1].blurred and not plain[2].blurred
 
 
@@ -484,21 +493,12 @@ def test_guard_draws_a_face_faceres_still_finds_close_over_a_wider_region():
     """A face past both blur lines but nearer to the original by FaceRes than its target is measured again at the
     wider reaches and keeps the first reach at which FaceRes puts it past the target; one that never gets there keeps
     the default region and is not blurred; a face past the target is never redrawn wider."""
-    from zoo.guard import STRONGER_REACHES, guard_for, protect
+    from zoo.guard import STRONGER_REACHES, guard_for
 
     g = guard_for()
     gap = (g.floor + 0.1, (g.faceres_floor + g.faceres_target) / 2)  # past both floors, short of FaceRes's target
     far = (g.floor + 0.1, g.faceres_target + 0.05)
-    calls = []
-
-    def distances(candidate, which, reach=None):
-        calls.append(dict(reach or {}))
-        r = reach or {}
-        # face 0: in the gap until the second wider reach; face 1: in the gap at every reach; face 2: far at once
-        return {i: (far if i == 2 or (i == 0 and r.get(i, 0) >= STRONGER_REACHES[1]) else gap) for i in which}
-
-    crops = np.zeros((3, 8, 8, 3), np.uint8)
-    _, _, _, checks = protect(_FakePipeline(), g, crops, [0, 1, 2], None, {}, [crops[i] for i in range(3)], [None] * 3, distances, 0, STRONGER_REACHES)
+    _, checks, calls = _protect_three_faces(g, gap, far, STRONGER_REACHES)
     assert checks[0].reach == STRONGER_REACHES[1] and not checks[0].blurred and not checks[0].short_of_faceres_target(g)
     assert checks[1].reach is None and not checks[1].blurred and checks[1].short_of_faceres_target(g)
     assert checks[2].reach is None and not checks[2].blurred

@@ -325,7 +325,7 @@ def protect(
                     found[i].add_wrong_key(d, df)
 
     probe_more(outs, latents, {i: checks[i] for i in live})
-    weak = [i for i in live if i not in too_small and checks[i].strength(guard) != (True, True)]
+    weak = [i for i in live if i not in too_small and not all(checks[i].strength(guard))]
     for r in reaches:  # strengthen: each variant drawn, over more of the original's surroundings
         for number in range(n_variants + 1):
             which = [i for i in weak if number in drawn[i]]
@@ -342,7 +342,7 @@ def protect(
                     check.tried, check.reach = checks[i].tried, float(r)
                     outs[i], latents[i] = drawn[i][number]
                     variants[i], checks[i] = number, check
-            weak = [i for i in weak if checks[i].strength(guard) != (True, True)]
+            weak = [i for i in weak if not all(checks[i].strength(guard))]
     for i in live:
         checks[i].blurred = i in too_small or checks[i].recognized(guard)
         if i in too_small:
