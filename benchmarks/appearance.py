@@ -1,6 +1,6 @@
 """What users see: does each method's new face belong in the photo? Judged by dlib, beside identity.
 
-    python -m benchmarks.appearance [--methods dbaf,hford,ifadit,personal,ideudemon] [--paste] [--sheet PNG]
+    python -m benchmarks.appearance [--methods dbaf,hford,ifadit,personal,ideudemon] [--paste | --blend poisson] [--sheet PNG]
 
 The real photos of :data:`benchmarks.real_photos.REAL_PHOTOS`, split before measuring (``tuning``: t1.jpg, 6 faces, and
 biden; ``held-out``: astronaut, camera, grace_hopper, Tom Hanks and five photos of Obama). Every method anonymizes every photo at its defaults
@@ -22,7 +22,8 @@ place of that face (all measures use dlib, which no method uses):
   person at the original's place) and ``recovered_closer`` (the recovery nearer the original than the anonymized
   face, by dlib distance).
 
-``--paste`` measures the plain 5-point paste (compositing off) for comparison. Medians with the tuning and
+``--paste`` measures the plain 5-point paste (compositing off) for comparison, ``--blend poisson`` the compositing
+with the gradient-domain blend instead of the feathered one (:func:`zoo.compositing.blend`). Medians with the tuning and
 held-out splits apart; rates with 95% Wilson intervals. Writes ``benchmarks/results/appearance[_paste].{json,md}``;
 ``--sheet`` also draws a contact sheet (original | each method | dbaf recovered with the right key).
 """
@@ -247,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--paste", action="store_true", help="compositing off: the plain 5-point paste")
+    ap.add_argument("--blend", choices=("feather", "poisson"), default=None, help="the compositing's blend (default: each method's)")
     ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG (the --sheet-photo's first face)")
     ap.add_argument("--sheet-photo", default="astronaut")
     ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")
@@ -279,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
             m = zoo.load(method)
             if args.paste:
                 m.draws_new_face = False
+            if args.blend:
+                m.blend_mode = args.blend
             t0 = time.perf_counter()
             result = m.anonymize(rgb, key=KEY, **controls)
             seconds[method] += time.perf_counter() - t0
@@ -319,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
         command = before["command"] + " ; " + command
     result = {
         "command": command,
-        "compositing": "off (plain 5-point paste)" if args.paste else "on (zoo.compositing)",
+        "compositing": "off (plain 5-point paste)" if args.paste else f"on (zoo.compositing{', ' + args.blend + ' blend' if args.blend else ''})",
         "methods": {m: {"seconds": round(seconds[m], 1), "faces": rs} for m, rs in rows.items()},
     }
     write_report(result, out_path)

@@ -242,6 +242,23 @@ def test_report_says_which_mask_each_face_got(astronaut):
     assert any(r.composite and r.composite["mask"] == "5-point" for r in res.faces)
 
 
+def test_a_method_blends_its_faces_the_way_it_says(astronaut):
+    """The pipeline composes with the method's ``blend_mode``: the report names it, the gradient-domain blend
+    gives a different photo, and a mode the compositing does not know is an error, not a silent plain paste."""
+    import zoo
+
+    rgb, _ = astronaut
+    m = zoo.load("dbaf")  # the 64 px tier in the routine tests (conftest)
+    feather = m.anonymize(rgb, key="k", privacy_guard=False)
+    m.blend_mode = "poisson"
+    poisson = m.anonymize(rgb, key="k", privacy_guard=False)
+    assert [r.composite["blend"] for r in poisson.faces] == ["poisson"]
+    assert np.abs(np.asarray(poisson).astype(int) - np.asarray(feather)).max() > 10
+    m.blend_mode = "alpha"
+    with pytest.raises(ValueError, match="blend mode"):
+        m.anonymize(rgb, key="k", privacy_guard=False)
+
+
 @pytest.mark.parametrize("mesh", [True, False])
 def test_a_wider_reach_replaces_more_of_the_surroundings(astronaut, monkeypatch, mesh):
     """``reach`` (the privacy guard's strengthening) replaces a region that holds the default one and reaches past it

@@ -63,6 +63,9 @@ L_SPREAD_RANGE = (0.8, 1.25)
 SHARPNESS_BAND = (0.8, 1.25)
 #: the strongest unsharp mask :func:`match_sharpness` applies (amount of the 1 px detail added back)
 MAX_UNSHARP = 3.0
+#: the blends :func:`blend` knows: "feather" (alpha through the mask, every method's default) and "poisson"
+#: (gradient-domain: the face takes the colours of the photo at the region's edge; docs/reference.md)
+BLEND_MODES = ("feather", "poisson")
 
 
 @dataclass
@@ -303,8 +306,8 @@ def blend(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray, mode: str = "fe
     """uint8 ``canvas`` with ``new`` blended in through ``mask`` ([H, W] in [0, 1]); pixels where the mask is
     0 stay bit-identical. ``mode``: "feather" (alpha blend) or "poisson" (gradient-domain inside the mask's
     core, then alpha-blended through the mask)."""
-    if mode not in ("feather", "poisson"):
-        raise ValueError(f"blend mode must be 'feather' or 'poisson', got {mode!r}")
+    if mode not in BLEND_MODES:
+        raise ValueError(f"blend mode must be one of {BLEND_MODES}, got {mode!r}")
     src = np.asarray(new, dtype=np.uint8)
     m = np.clip(np.asarray(mask, dtype=np.float32), 0, 1)
     if mode == "poisson":

@@ -235,6 +235,7 @@ class DeidPipeline:
                 got,
                 self.method.draws_new_face,
                 [reaches[j] for j in done],
+                self.method.blend_mode,
             )
             for j, info in zip(done, got):
                 infos[j] = info
@@ -329,6 +330,7 @@ class DeidPipeline:
                     [candidate[i] for i in ids],
                     composite=self.method.draws_new_face,
                     reaches=[(reach or {}).get(i) for i in ids],
+                    blend_mode=self.method.blend_mode,
                 )
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
@@ -510,14 +512,17 @@ def compose(
     infos: list | None = None,
     composite: bool = True,
     reaches: Sequence[float | None] | None = None,
+    blend_mode: str = "feather",
 ) -> np.ndarray:
     """A copy of uint8 ``rgb`` with every output crop put back: composited (``composite``:
     :func:`zoo.compositing.composite_face`, mesh mask, colour, grain, blend) or pasted through the 5-point mask;
     a face without output is blurred. ``infos``, when given, receives one
     :class:`zoo.compositing.CompositeInfo` (or None) per face; ``reaches``: each face's compositing reach (None:
-    the default; :func:`zoo.compositing.region_reach`)."""
+    the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s."""
     from . import compositing, paste
 
+    if blend_mode not in compositing.BLEND_MODES:  # checked here: a failed compositing falls back to the paste
+        raise ValueError(f"blend mode must be one of {compositing.BLEND_MODES}, got {blend_mode!r}")
     canvas = np.array(rgb, dtype=np.uint8, copy=True)
     reaches = [None] * len(faces) if reaches is None else list(reaches)
     for face, matrix, out, reach in zip(faces, matrices, outs, reaches):
@@ -528,7 +533,7 @@ def compose(
             canvas = paste.paste_back(canvas, out, matrix)
         else:
             try:
-                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks, reach=reach)
+                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks, blend_mode, reach=reach)
             except (cv2.error, ValueError, np.linalg.LinAlgError) as e:  # the plain paste still replaces the face
                 log.warning("compositing failed (%s); pasting the face with the 5-point mask", e)
                 canvas = paste.paste_back(canvas, out, matrix)

@@ -94,6 +94,9 @@ class DeidMethod:
     #: the method draws a new face (generative): its output goes through :mod:`zoo.compositing` (face-mesh mask,
     #: colour, grain, blend). Methods whose recovery reads the output pixels back keep the plain paste.
     draws_new_face: ClassVar[bool] = False
+    #: how a composited face is blended in (:func:`zoo.compositing.blend`): "feather" (alpha) or "poisson"
+    #: (gradient-domain, which pulls the photo's colours at the region's edge into the face: docs/reference.md)
+    blend_mode: ClassVar[str] = "feather"
     #: native aligned-crop size in pixels (instances may override from their config)
     resolution: int = 256
     #: batch size for aligned faces inside one call
