@@ -243,20 +243,21 @@ def test_report_says_which_mask_each_face_got(astronaut):
 
 
 def test_a_method_blends_its_faces_the_way_it_says(astronaut):
-    """The pipeline composes with the method's ``blend_mode``: the report names it, the gradient-domain blend
-    gives a different photo, and a mode the compositing does not know is an error, not a silent plain paste."""
+    """The pipeline composes with the method's ``blend_mode`` and the report names it; the gradient-domain blend
+    gives a different photo; a mode the compositing does not know is an error, not a silent plain paste."""
     import zoo
+    from zoo.pipeline import compose
 
-    rgb, _ = astronaut
+    rgb, face = astronaut
     m = zoo.load("dbaf")  # the 64 px tier in the routine tests (conftest)
-    feather = m.anonymize(rgb, key="k", privacy_guard=False)
     m.blend_mode = "poisson"
-    poisson = m.anonymize(rgb, key="k", privacy_guard=False)
-    assert [r.composite["blend"] for r in poisson.faces] == ["poisson"]
-    assert np.abs(np.asarray(poisson).astype(int) - np.asarray(feather)).max() > 10
-    m.blend_mode = "alpha"
+    assert [r.composite["blend"] for r in m.anonymize(rgb, key="k", privacy_guard=False).faces] == ["poisson"]
+    al = align_face(rgb, face.landmarks, 256)
+    crop = np.full((256, 256, 3), (40, 200, 60), np.uint8)
+    feather, poisson = (compose(rgb, [face], [al.matrix], [crop], blend_mode=mode) for mode in ("feather", "poisson"))
+    assert np.abs(poisson.astype(int) - feather).max() > 10
     with pytest.raises(ValueError, match="blend mode"):
-        m.anonymize(rgb, key="k", privacy_guard=False)
+        compose(rgb, [face], [al.matrix], [crop], blend_mode="alpha")
 
 
 @pytest.mark.parametrize("mesh", [True, False])
