@@ -42,7 +42,7 @@ import numpy as np
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.reconstruct_real import rate, rate_text
 from benchmarks.report import add_control_option, command_line, method_controls, rows_not_run, write_results
-from zoo.compositing import delta_e, laplacian_variance, mean_lab
+from zoo.compositing import BLEND_MODES, delta_e, laplacian_variance, mean_lab
 from zoo.detectors import DetectedFace
 from zoo.face3d.landmarks import angle_difference, head_pose, predict_landmarks68
 
@@ -248,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default=",".join(DEFAULT_METHODS))
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--paste", action="store_true", help="compositing off: the plain 5-point paste")
-    ap.add_argument("--blend", choices=("feather", "poisson"), default=None, help="the compositing's blend (default: each method's)")
+    ap.add_argument("--blend", choices=BLEND_MODES, default=None, help="the compositing's blend (default: each method's)")
     ap.add_argument("--sheet", default=None, help="also write a contact sheet PNG (the --sheet-photo's first face)")
     ap.add_argument("--sheet-photo", default="astronaut")
     ap.add_argument("--no-recovery", action="store_true", help="skip the right- and wrong-key recoveries")

@@ -302,12 +302,17 @@ def noise_level(rgb: np.ndarray, mask: np.ndarray) -> float:
 
 
 # ====================================================================== 4. blend
+def check_blend_mode(mode: str) -> None:
+    """Raise ValueError unless ``mode`` is one of :data:`BLEND_MODES`."""
+    if mode not in BLEND_MODES:
+        raise ValueError(f"blend mode must be one of {BLEND_MODES}, got {mode!r}")
+
+
 def blend(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray, mode: str = "feather") -> np.ndarray:
     """uint8 ``canvas`` with ``new`` blended in through ``mask`` ([H, W] in [0, 1]); pixels where the mask is
     0 stay bit-identical. ``mode``: "feather" (alpha blend) or "poisson" (gradient-domain inside the mask's
     core, then alpha-blended through the mask)."""
-    if mode not in BLEND_MODES:
-        raise ValueError(f"blend mode must be one of {BLEND_MODES}, got {mode!r}")
+    check_blend_mode(mode)
     src = np.asarray(new, dtype=np.uint8)
     m = np.clip(np.asarray(mask, dtype=np.float32), 0, 1)
     if mode == "poisson":

@@ -521,8 +521,7 @@ def compose(
     the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s."""
     from . import compositing, paste
 
-    if blend_mode not in compositing.BLEND_MODES:  # checked here: a failed compositing falls back to the paste
-        raise ValueError(f"blend mode must be one of {compositing.BLEND_MODES}, got {blend_mode!r}")
+    compositing.check_blend_mode(blend_mode)  # here: a compositing that fails falls back to the paste
     canvas = np.array(rgb, dtype=np.uint8, copy=True)
     reaches = [None] * len(faces) if reaches is None else list(reaches)
     for face, matrix, out, reach in zip(faces, matrices, outs, reaches):
