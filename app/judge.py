@@ -11,10 +11,15 @@ import numpy as np
 
 from app.common import log
 
-#: dlib first: no method trains with it and no setting uses it; FaceRes: no method trains with it, the privacy guard's
-#: second recognizer; SFace: the demo checkpoints' training encoder and the guard's first recognizer
-JUDGES = ("dlib", "faceres", "sface")
-JUDGE_LABELS = {"dlib": "dlib (independent)", "faceres": "FaceRes (independent, privacy guard)", "sface": "SFace (used in training, privacy guard)"}
+#: dlib first: no method trains with it and no setting uses it; FaceRes and MobileFace: no method trains with them,
+#: the privacy guard's independent recognizers; SFace: the demo checkpoints' training encoder and the guard's first
+JUDGES = ("dlib", "faceres", "mobileface", "sface")
+JUDGE_LABELS = {
+    "dlib": "dlib (independent)",
+    "faceres": "FaceRes (independent, privacy guard)",
+    "mobileface": "MobileFace (independent, privacy guard)",
+    "sface": "SFace (used in training, privacy guard)",
+}
 
 _JUDGES: dict[str, Any] = {}
 _JUDGE_LOCK = threading.Lock()

@@ -1,4 +1,5 @@
-"""Calibration of the second recognizer (FaceRes, :mod:`zoo.nn.faceres`): ROC and the same-person threshold.
+"""Calibration of the guard's independent recognizers (FaceRes, :mod:`zoo.nn.faceres`; MobileFace,
+:mod:`zoo.nn.mobileface`): ROC and the same-person threshold.
 
 Labelled faces (the tuning side only; no held-out photo is used):
 
@@ -15,7 +16,8 @@ interval. SFace is measured on the same pairs at its published threshold (0.363)
 pairs here are the same photograph transformed, easier than two photographs of one person: the true-match rates are
 upper bounds; the false-match side (what the threshold is set from) is measured on real different people.
 
-    python -m benchmarks.faceres_calibration [--n 200] [--fmr 0.01]    # -> results/faceres_calibration.{json,md}
+    python -m benchmarks.faceres_calibration [--recognizer faceres] [--n 200] [--fmr 0.01]
+        # -> results/<recognizer>_calibration.{json,md}
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 
 from benchmarks.report import command_line, write_results
 
-OUT = Path(__file__).resolve().parent / "results" / "faceres_calibration"
+RESULTS = Path(__file__).resolve().parent / "results"
 SEED_OFFSET = 2_000_000
 FINE_SLOTS = slice(13, 23)
 
@@ -109,8 +111,10 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--n", type=int, default=200, help="generated identities")
     p.add_argument("--fmr", type=float, default=0.01, help="false-match rate the threshold is set at")
-    p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--recognizer", choices=("faceres", "mobileface"), default="faceres")
+    p.add_argument("--out", type=Path, default=None, help="default: results/<recognizer>_calibration")
     a = p.parse_args(argv)
+    a.out = a.out or RESULTS / f"{a.recognizer}_calibration"
 
     from training.evaluate import wilson_interval
     from zoo.judges import get_judge
@@ -128,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "judges": {},
     }
     iu = np.triu_indices(n_id, 1)
-    for name in ("faceres", "sface"):
+    for name in (a.recognizer, "sface"):
         judge = get_judge(name)
         base = judge.embed_aligned(crops)
         var = judge.embed_aligned(np.stack([v[2] for v in variants]))
@@ -162,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
             entry["chosen"] = roc(same, diff, (a.fmr,))[0]
         result["judges"][name] = entry
 
-    fr = result["judges"]["faceres"]
+    fr = result["judges"][a.recognizer]
+    title = {"faceres": "FaceRes", "mobileface": "MobileFace"}[a.recognizer]
     lines = [
-        "# FaceRes calibration",
+        f"# {title} calibration",
         "",
         f"`{result['command']}`",
         "",
@@ -186,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
     pub = result["judges"]["sface"]["published_threshold"]
     lines += [
         "",
-        f"Chosen FaceRes threshold (FMR {a.fmr}): cosine **{c['threshold']}**, same-person rate {c['true_match_rate']} "
+        f"Chosen {title} threshold (FMR {a.fmr}): cosine **{c['threshold']}**, same-person rate {c['true_match_rate']} "
         f"[{c['true_match_ci95'][0]}, {c['true_match_ci95'][1]}]. The most similar two different real people of the tuning "
         f"photo: {fr['real_different_max']}.",
         "",
@@ -194,7 +199,7 @@ def main(argv: list[str] | None = None) -> int:
         f"[{pub['false_match_ci95'][0]}, {pub['false_match_ci95'][1]}], same-person rate {pub['true_match_rate']} "
         f"[{pub['true_match_ci95'][0]}, {pub['true_match_ci95'][1]}].",
         "",
-        "| variant | pairs | FaceRes median cosine | SFace median cosine |",
+        f"| variant | pairs | {title} median cosine | SFace median cosine |",
         "|---|---|---|---|",
     ]
     for kind, e in fr["by_variant"].items():

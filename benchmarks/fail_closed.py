@@ -8,7 +8,7 @@ back upright and every known face (dlib CNN annotation) is judged at its origina
 
 * **matched**: dlib (never used by any method, guard or setting) distance < 0.6 to the unprocessed face;
 * **untouched**: the face box changed by less than 2 grey levels on average;
-* the two guard recognizers' distances are reported beside dlib's (SFace, FaceRes; cosine distance);
+* the guard's recognizers' distances are reported beside dlib's (SFace, FaceRes, MobileFace; cosine distance);
 * for each matched face, ``grey_oval_dlib``: dlib's distance to the same photo with the face's head-sized region
   (:func:`zoo.methods.baselines.head_box`) a flat grey oval, i.e. what dlib says there when nothing of the face is
   left (:func:`grey_oval_distance`); below 0.6 the judge matches the place, not the face;
@@ -27,6 +27,7 @@ import argparse
 import json
 import os
 import time
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -97,7 +98,7 @@ def summarise(rows: list[dict], dlib_thr: float, key: str = "dlib") -> dict:
         "matched_ci95": [round(v, 4) for v in wilson_interval(len(hits), len(judged))] if judged else None,
         "untouched": untouched,
     }
-    for name in ("sface", "faceres"):
+    for name in ("sface", "faceres", "mobileface"):
         vals = [r[name] for r in judged if name in r]
         if vals:
             out[f"{name}_median_distance"] = round(float(np.median(vals)), 4)
@@ -118,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     import zoo
     from zoo.judges import get_judge
 
-    judges = {name: get_judge(name) for name in ("dlib", "sface", "faceres")}
+    judges = {name: get_judge(name) for name in ("dlib", "sface", "faceres", "mobileface")}
     dlib_thr = judges["dlib"].threshold
     photos = {k: v for k, v in RP.photos().items() if k in a.photos.split(",")}
     result: dict = {"command": command_line("benchmarks.fail_closed", argv), "split": {k: RP.split_of(k) for k in photos}, "methods": {}}
@@ -128,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         rows: dict[str, list] = {"tuning": [], "held-out": []}
         wrong: dict[str, list] = {"tuning": [], "held-out": []}
         leaks: list[str] = []
-        leak_rows: list[dict] = []  # each leak's judge distances (dlib, and the guard's SFace and FaceRes)
+        leak_rows: list[dict] = []  # each leak's judge distances (dlib, and the guard's recognizers)
+        statuses: dict[str, Counter] = {"tuning": Counter(), "held-out": Counter()}  # the report's face statuses
         t0 = time.time()
         for name, (rgb, boxes) in photos.items():
             for how in a.transforms.split(","):
@@ -137,6 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                 faces = judge_places(ref, ref_boxes)
                 result_obj = method.anonymize(img, key=KEY, **controls) if keyed else method.anonymize(img, **controls)
                 out = RP.undo(np.asarray(result_obj), how)
+                statuses[RP.split_of(name)].update(f.status for f in result_obj.faces)
                 got = judge(ref, out, ref_boxes, faces, judges)
                 rows[RP.split_of(name)] += got
                 new = [(f"{name}:{how}:{i}", r) for i, r in enumerate(got) if r["untouched"] or matched(r, dlib_thr)]
@@ -154,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
         entry = {"seconds": round(time.time() - t0, 1), "leaks": leaks, "leak_rows": leak_rows}
         for split in ("tuning", "held-out"):
             entry[split] = summarise(rows[split], dlib_thr)
+            entry[split]["statuses"] = dict(sorted(statuses[split].items()))
             if wrong[split]:
                 entry[split]["wrong_key"] = summarise(wrong[split], dlib_thr)
         result["methods"][method_name] = entry
@@ -184,11 +188,11 @@ def write_report(result: dict, photos: list[str], transforms: list[str], out: Pa
             )
             if names
         ),
-        "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes: median cosine",
-        "distance to the original (the guard's two recognizers). Wrong key: the output recovered with another key.",
+        "dlib matched = distance < 0.6 (judged faces >= 20 px); untouched = box changed < 2 levels; SFace / FaceRes / MobileFace: median",
+        "cosine distance to the original (the guard's recognizers; '-': not measured by that run). Wrong key: the output recovered with another key.",
         "",
-        "| method | split | dlib matched [95% CI] | untouched | SFace median | FaceRes median | wrong key: dlib matched |",
-        "|---|---|---|---|---|---|---|",
+        "| method | split | dlib matched [95% CI] | untouched | SFace median | FaceRes median | MobileFace median | wrong key: dlib matched | faces reported: status |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for m, e in result["methods"].items():
         for split in ("tuning", "held-out"):
@@ -199,8 +203,9 @@ def write_report(result: dict, photos: list[str], transforms: list[str], out: Pa
             w = s.get("wrong_key")
             lines.append(
                 f"| {m} | {split} | {s['matched']} of {s['judged']} [{ci[0]}, {ci[1]}] | {s['untouched']} of {s['faces']} | "
-                f"{s.get('sface_median_distance', '-')} | {s.get('faceres_median_distance', '-')} | "
-                f"{(str(w['matched']) + ' of ' + str(w['judged'])) if w else '-'} |"
+                f"{s.get('sface_median_distance', '-')} | {s.get('faceres_median_distance', '-')} | {s.get('mobileface_median_distance', '-')} | "
+                f"{(str(w['matched']) + ' of ' + str(w['judged'])) if w else '-'} | "
+                f"{', '.join(f'{k} {v}' for k, v in s['statuses'].items()) if 'statuses' in s else '-'} |"
             )
     all_leaks = [f"{m}: {', '.join(e['leaks'])}" for m, e in result["methods"].items() if e["leaks"]]
     lines += ["", "Faces matched or untouched: " + ("; ".join(all_leaks) if all_leaks else "none") + "."]

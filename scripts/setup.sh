@@ -15,7 +15,7 @@ fi
 .venv/bin/python -m pip install -q --no-deps -r requirements-nodeps.txt
 # The project itself (editable): `zoo`, `training`, `hub_cards` importable from anywhere, `face-deid-zoo` CLI.
 .venv/bin/python -m pip install -q --no-deps -e .
-# The second face recognizer of the privacy guard (npm package, MIT) and its parity test's reference runtime.
+# The privacy guard's independent face recognizers (npm package, MIT) and their parity tests' reference runtime.
 bash scripts/fetch_recognizer.sh
 # Real photos for the benchmarks (face_recognition 1.3.0's test photos, MIT, from its PyPI source archive); the
 # benchmarks skip them, saying so, when this fails.

@@ -114,6 +114,24 @@ def sface_judge():
     return get_judge("sface")
 
 
+@pytest.fixture(scope="session")
+def faces8() -> np.ndarray:
+    """8 FFHQ-aligned uint8 crops [8,256,256,3]: the tuning photo's 6 faces and 2 generated ones (recognizer tests)."""
+    from benchmarks.real_photos import package_file, read_image
+    from zoo.alignment import align_face
+    from zoo.detection import detect_faces
+    from zoo.nn.mobilestylegan import load_mobilestylegan
+
+    t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))
+    crops = [align_face(t1, f.landmarks, 256).crop for f in detect_faces(t1)]
+    g = load_mobilestylegan()
+    with torch.no_grad():
+        z = torch.from_numpy(np.random.default_rng(5).standard_normal((8 - len(crops), 512)).astype(np.float32))
+        img = g.synthesis(g.truncate(g.mapping(z), 0.7), size=256)
+    crops += list(((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy())
+    return np.stack(crops)
+
+
 def psnr_outside(a: np.ndarray, b: np.ndarray, boxes) -> float:
     """PSNR (dB) of ``b`` against ``a`` over the pixels outside every [x0, y0, x1, y1] box."""
     keep = np.ones(a.shape[:2], bool)

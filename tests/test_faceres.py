@@ -23,24 +23,6 @@ def _source_or_skip() -> Path:
     return graph
 
 
-@pytest.fixture(scope="module")
-def faces8() -> np.ndarray:
-    """8 FFHQ-aligned uint8 crops: the tuning photo's 6 faces and 2 generated ones."""
-    from benchmarks.real_photos import package_file, read_image
-    from zoo.alignment import align_face
-    from zoo.detection import detect_faces
-    from zoo.nn.mobilestylegan import load_mobilestylegan
-
-    t1 = read_image(package_file("insightface", "data", "images", "t1.jpg"))
-    crops = [align_face(t1, f.landmarks, 256).crop for f in detect_faces(t1)]
-    g = load_mobilestylegan()
-    with torch.no_grad():
-        z = torch.from_numpy(np.random.default_rng(5).standard_normal((8 - len(crops), 512)).astype(np.float32))
-        img = g.synthesis(g.truncate(g.mapping(z), 0.7), size=256)
-    crops += list(((img.clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy())
-    return np.stack(crops)
-
-
 def test_same_pad_matches_tensorflow_same():
     x = torch.zeros(1, 1, 224, 224)
     assert FR.same_pad(x, 3, 2).shape[-2:] == (225, 225)  # odd total: the extra pixel after (bottom/right)

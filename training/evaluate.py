@@ -8,7 +8,7 @@
 ``zoo.synthetic``) or ``photos:PATH`` (a photo or a folder of photos: faces are detected and
 FFHQ-aligned first). Everything is resized to ``--size`` (default 256).
 
-Python: ``evaluate(method, images, judges=("dlib", "sface", "faceres"), ...) -> dict``. dlib never trains anything here; SFace is the frozen identity encoder of the training configs ("used in training"); FaceRes (the privacy guard's second recognizer) is used by no training.
+Python: ``evaluate(method, images, judges=("dlib", "sface", "faceres", "mobileface"), ...) -> dict``. dlib never trains anything here; SFace is the frozen identity encoder of the training configs ("used in training"); FaceRes and MobileFace (the privacy guard's independent recognizers) are used by no training.
 
 What is measured (per judge where identity is involved; every rate with its N and a 95% Wilson interval):
 
@@ -346,7 +346,7 @@ def _load_lpips(lpips: Any) -> tuple[Callable | None, str]:
 def evaluate(
     method,
     images: np.ndarray,
-    judges: Sequence[str] | Sequence[Any] = ("dlib", "sface", "faceres"),
+    judges: Sequence[str] | Sequence[Any] = ("dlib", "sface", "faceres", "mobileface"),
     *,
     key: str = "evaluation key",
     wrong_key: str = "a wrong key",
@@ -602,7 +602,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     p.add_argument("--data", required=True, help="DIR of aligned crops | synthetic:N[:SEED] | photos:PATH")
     p.add_argument("--local-dir", help="checkpoint folder of a neural method (default: its Hub repo / cache)")
     p.add_argument(
-        "--judges", default="dlib,sface,faceres", help="comma-separated: dlib (independent), sface (used in training), faceres (independent), arcface"
+        "--judges",
+        default="dlib,sface,faceres,mobileface",
+        help="comma-separated: dlib (independent), sface (used in training), faceres, mobileface (independent), arcface",
     )
     p.add_argument("--key", default="evaluation key", help="the secret used to anonymize (and recover)")
     p.add_argument("--wrong-key", default="a wrong key")

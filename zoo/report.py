@@ -30,7 +30,7 @@ class FaceRecord:
     error: str | None = None
     key_fingerprint: str | None = None
     latent_carried: bool | None = None  # reversible methods: the whole anonymized code rode in the image (zoo.carrier)
-    guard: dict | None = None  # privacy guard (zoo.guard): SFace and FaceRes distances, key variant kept, blurred or not
+    guard: dict | None = None  # privacy guard (zoo.guard): SFace, FaceRes and MobileFace distances, key variant kept, blurred or not
     action: str | None = None  # what was done to the face in photo pixels (methods with anonymize_in_photo)
     composite: dict | None = None  # how the new face was put into the photo (zoo.compositing): mask, colour, sharpness, blend
 

@@ -12,10 +12,12 @@ arcface   insightface buffalo_l ``w600k_r50.onnx``       cosine      cosine >= 0
           (only when already on disk; never downloaded)
 faceres   HSE FaceRes, 1024-d (npm ``@vladmandic/human-  cosine      cosine >= FACERES_THRESHOLD
           models``, fetched by setup; ``zoo.nn.faceres``)             (calibrated here, see below)
+mobileface MobileFace, 256-d (the same npm package;       cosine      cosine >= MOBILEFACE_THRESHOLD
+          ``zoo.nn.mobileface``)                                      (calibrated here, see below)
 ========  =============================================  ==========  ===========================
 
-SFace and FaceRes are the privacy guard's two recognizers (no method trains with FaceRes; the demo checkpoints
-train with SFace). dlib is the judge of every published number and is never used by the guard or any setting.
+SFace, FaceRes and MobileFace are the privacy guard's three recognizers (no method trains with FaceRes or
+MobileFace; the demo checkpoints train with SFace). dlib is the judge of every published number and is never used by the guard or any setting.
 
 Common interface::
 
@@ -50,6 +52,8 @@ __all__ = [
     "ArcFaceJudge",
     "FaceResJudge",
     "FACERES_THRESHOLD",
+    "MobileFaceJudge",
+    "MOBILEFACE_THRESHOLD",
     "get_judge",
     "upright_turn",
     "available_judges",
@@ -347,14 +351,58 @@ class FaceResJudge(Judge):
             return self._descriptors(boxes)
 
 
-JUDGES = {"sface": SFaceJudge, "dlib": DlibJudge, "arcface": ArcFaceJudge, "faceres": FaceResJudge}
+#: MobileFace cosine at which two faces count as the same person: the similarity that 1% of different-person pairs
+#: reach over the calibration set of ``benchmarks/faceres_calibration.py --recognizer mobileface``
+MOBILEFACE_THRESHOLD = 0.4594
+
+
+class MobileFaceJudge(Judge):
+    """MobileFace (:mod:`zoo.nn.mobileface`): the ArcFace 112 px alignment of the 5 landmarks (area-filtered when it
+    shrinks the face, borders reflected: :func:`zoo.alignment.warp_region`), 256-d descriptor, cosine. Threshold :data:`MOBILEFACE_THRESHOLD`, calibrated here at a false-match rate of 1%."""
+
+    name, metric, threshold, dim = "mobileface", "cosine", MOBILEFACE_THRESHOLD, 256
+    batch = 32
+
+    def __init__(self) -> None:
+        super().__init__()
+        from ..nn.mobileface import load_mobileface
+
+        self._net = load_mobileface()
+
+    def _descriptors(self, images: Sequence[np.ndarray], landmarks: Sequence[np.ndarray]) -> np.ndarray:
+        import torch
+
+        from ..alignment import similarity_lstsq, warp_region
+        from ..nn.mobileface import mobileface_input
+
+        faces = [warp_region(im, similarity_lstsq(np.asarray(lm, np.float64), ARCFACE_TEMPLATE_112), (112, 112)) for im, lm in zip(images, landmarks)]
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(faces), self.batch):
+                out.append(self._net(mobileface_input(np.stack(faces[i : i + self.batch]))).double().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim))
+
+    def embed_photo_faces(self, rgb: np.ndarray, faces: Sequence[DetectedFace]) -> np.ndarray:
+        rgb = np.ascontiguousarray(rgb, dtype=np.uint8)
+        with self._lock:
+            return self._descriptors([rgb] * len(faces), [f.landmarks for f in faces])
+
+    def embed_aligned(self, crops: np.ndarray) -> np.ndarray:
+        crops = np.asarray(crops, dtype=np.uint8)
+        if crops.ndim == 3:
+            crops = crops[None]
+        with self._lock:
+            return self._descriptors([np.ascontiguousarray(c) for c in crops], [ffhq_template(crops.shape[1])] * len(crops))
+
+
+JUDGES = {"sface": SFaceJudge, "dlib": DlibJudge, "arcface": ArcFaceJudge, "faceres": FaceResJudge, "mobileface": MobileFaceJudge}
 _INSTANCES: dict[str, Judge] = {}
 _GLOBAL_LOCK = threading.Lock()
 
 
 def get_judge(name: str) -> Judge:
-    """A shared judge instance by name: ``"sface"``, ``"dlib"``, ``"faceres"`` or ``"arcface"`` (if its model is on
-    disk)."""
+    """A shared judge instance by name: ``"sface"``, ``"dlib"``, ``"faceres"``, ``"mobileface"`` or ``"arcface"`` (if
+    its model is on disk)."""
     key = name.strip().lower()
     if key not in JUDGES:
         raise ValueError(f"unknown judge {name!r}; choose from {', '.join(JUDGES)}")

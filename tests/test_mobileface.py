@@ -1,0 +1,133 @@
+"""The third recognizer (zoo.nn.mobileface): converter, parity with TensorFlow.js, ArcFace crop, judge."""
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from zoo.nn import faceres as FR
+from zoo.nn import mobileface as MF
+
+ROOT = Path(__file__).resolve().parent.parent
+TFJS = ROOT / ".node" / "node_modules" / "@tensorflow" / "tfjs-converter"
+
+
+def _source_or_skip() -> Path:
+    try:
+        graph, _ = MF._source_files()
+    except FR.MissingRecognizerError as err:
+        pytest.skip(str(err))
+    return graph
+
+
+def _arcface_faces(crops: np.ndarray) -> np.ndarray:
+    import cv2
+
+    from zoo.alignment import ffhq_template, similarity_lstsq
+    from zoo.judges import ARCFACE_TEMPLATE_112
+
+    m = similarity_lstsq(ffhq_template(crops.shape[1]), ARCFACE_TEMPLATE_112)
+    return np.stack([cv2.warpAffine(c, m, (112, 112), flags=cv2.INTER_LINEAR) for c in crops])
+
+
+def test_missing_files_name_setup(monkeypatch, tmp_path):
+    monkeypatch.setenv("ZOO_CACHE", str(tmp_path))
+    with pytest.raises(FR.MissingRecognizerError, match="scripts/setup.sh"):
+        MF._source_files()
+
+
+@pytest.mark.parametrize("change", ["stride", "normalisation", "activation"])
+def test_converter_rejects_a_changed_graph(change):
+    from zoo.convert import ConversionError
+    from zoo.convert.tfjs_graph import read_tfjs_graph
+
+    graph = read_tfjs_graph(_source_or_skip())
+    if change == "stride":
+        graph.nodes["depthwise_3"].attrs["strides"] = [1, 1, 1, 1]
+    elif change == "normalisation":
+        graph.constants["minusscalar0_second"] = np.array([127.0], np.float32)
+    else:
+        graph.constants["Minimum_4/x"] = np.float32(1.0)
+    with pytest.raises(ConversionError):
+        MF.convert_mobileface(graph)
+
+
+def test_network_shapes_and_speed_budget():
+    """256-d descriptors; a batch of faces runs well inside the guard's 30 ms per face on one thread."""
+    import time
+
+    _source_or_skip()
+    net = MF.load_mobileface()
+    x = MF.mobileface_input(np.random.default_rng(0).integers(0, 256, (8, 112, 112, 3), dtype=np.uint8))
+    with torch.no_grad():
+        net(x)
+        t = time.perf_counter()
+        e = net(x)
+        per_face = (time.perf_counter() - t) / 8
+    assert e.shape == (8, 256) and torch.isfinite(e).all()
+    assert per_face < 0.030, per_face
+
+
+@pytest.mark.slow  # node + TensorFlow.js
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (setup installs TensorFlow.js with npm)")
+def test_parity_with_tensorflow_js(faces8, tmp_path):
+    """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""
+    graph_file = _source_or_skip()
+    if not TFJS.is_dir():
+        pytest.skip("TensorFlow.js is not in .node/ (bash scripts/fetch_recognizer.sh installs it)")
+    x = MF.mobileface_input(_arcface_faces(faces8))
+    x.permute(0, 2, 3, 1).contiguous().numpy().astype("<f4").tofile(tmp_path / "in.f32")
+    cmd = [
+        "node",
+        str(ROOT / "tools" / "tfjs_reference.mjs"),
+        str(graph_file),
+        str(tmp_path / "in.f32"),
+        "8,112,112,3",
+        str(tmp_path / "out"),
+        "batchnorm0/add_1",
+    ]
+    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=300)
+    assert json.loads((tmp_path / "out.json").read_text())["outputs"][0]["shape"] == [8, 256]
+    ref = np.fromfile(tmp_path / "out.0.f32", "<f4").reshape(8, 256)
+    with torch.no_grad():
+        ours = MF.load_mobileface()(x).numpy()
+    cos = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)
+    assert cos.min() >= 0.9999, cos
+    assert np.abs(ours - ref).max() < 1e-3 * np.abs(ref).max()
+
+
+def test_judge_separates_people_and_keeps_a_person(faces8):
+    """Same face mirrored: above the calibrated threshold; the tuning photo's 6 people: below it."""
+    from zoo.judges import get_judge
+
+    _source_or_skip()
+    j = get_judge("mobileface")
+    e = j.embed_aligned(faces8[:6])
+    em = j.embed_aligned(np.ascontiguousarray(faces8[:6, :, ::-1]))
+    assert e.shape == (6, 256)
+    assert j.same_person(e, em).all()
+    iu = np.triu_indices(6, 1)
+    n = e / np.linalg.norm(e, axis=1, keepdims=True)
+    assert ((n @ n.T)[iu] < j.threshold).all()
+
+
+def test_photo_and_crop_embeddings_agree():
+    """A face embedded from the photo (ArcFace warp of its detected landmarks) and from its FFHQ crop (warp of the FFHQ
+    template points, a slightly different crop): the same person, well past the threshold."""
+    from zoo.alignment import align_face
+    from zoo.assets import example_images
+    from zoo.detection import detect_faces
+    from zoo.imageio import load_image
+    from zoo.judges import get_judge
+
+    _source_or_skip()
+    rgb = load_image(example_images()["astronaut"])[0]
+    faces = detect_faces(rgb)
+    j = get_judge("mobileface")
+    a = j.embed_photo_faces(rgb, faces)
+    b = j.embed_aligned(align_face(rgb, faces[0].landmarks, 256).crop)
+    assert j.score(a, b)[0] > max(0.7, j.threshold + 0.2)
