@@ -6,6 +6,7 @@
   the faces, median of ``--repeats`` runs each (a guard that re-keys a face pays for that variant too).
 
     python -m benchmarks.guard_cost [--methods personal,dbaf] [--repeats 5]   # -> results/guard_cost_cpu.{json,md}
+    python -m benchmarks.guard_cost --methods "" --out benchmarks/results/guard_cost_recognizers_cpu   # recognizers only
 """
 
 from __future__ import annotations
@@ -54,12 +55,12 @@ def main(argv: list[str] | None = None) -> int:
         "recognizer_ms_per_face": {},
         "guard_ms_per_face": {},
     }
-    for name in ("faceres", "sface"):
+    for name in ("faceres", "mobileface", "sface"):
         j = get_judge(name)
         result["recognizer_ms_per_face"][name] = round(1000 * _median_seconds(lambda j=j: j.embed_photo_faces(t1, faces[:1]), a.repeats * 4), 1)
     fr = get_judge("faceres")
     result["recognizer_ms_per_face"]["faceres_batch8"] = round(1000 * _median_seconds(lambda: fr.embed_aligned(crops), a.repeats) / 8, 1)
-    for m in a.methods.split(","):
+    for m in [m for m in a.methods.split(",") if m]:
         method = zoo.load(m)
         kw = {"key": "guard cost"} if method.uses_key else {}
         on = _median_seconds(lambda method=method, kw=kw: method.anonymize(t1, **kw), a.repeats)
@@ -82,6 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         "|---|---|",
         f"| FaceRes (align, crop 192, resize 224, MobileNet) | {r['faceres']} |",
         f"| FaceRes, batch of 8 aligned crops | {r['faceres_batch8']} |",
+        f"| MobileFace (ArcFace 112 px warp, MobileNet) | {r['mobileface']} |",
         f"| SFace (OpenCV) | {r['sface']} |",
         "",
         "| method (t1, defaults) | faces | anonymize, guard on (s) | guard off (s) | guard per face (ms) | faces re-keyed |",
