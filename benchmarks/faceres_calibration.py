@@ -10,8 +10,9 @@ Labelled faces (the tuning side only; no held-out photo is used):
   detail styles (slots 13-22, 128 px and up) taken from another face; and every identity's crop mirrored, in grey,
   as JPEG quality 40, shrunk to 64 px and back, turned 8 degrees, darkened to 70%.
 
-The threshold is the cosine that a false-match rate of ``--fmr`` of different-person pairs reaches (the guard and
-the judge use it: :data:`zoo.judges.FACERES_THRESHOLD`); the same-person rate there comes with its 95% Wilson
+The threshold is the cosine that a false-match rate of ``--fmr`` of different-person pairs reaches (the judges use
+it: :data:`zoo.judges.FACERES_THRESHOLD`, :data:`zoo.judges.MOBILEFACE_THRESHOLD`; the guard's floors and targets are
+the 5% and 10% points of the same table: :mod:`zoo.guard`); the same-person rate there comes with its 95% Wilson
 interval. SFace is measured on the same pairs at its published threshold (0.363) for comparison. Same-person
 pairs here are the same photograph transformed, easier than two photographs of one person: the true-match rates are
 upper bounds; the false-match side (what the threshold is set from) is measured on real different people.

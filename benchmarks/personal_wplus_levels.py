@@ -7,8 +7,9 @@ Every face of the tuning photos (:func:`benchmarks.reconstruct_real.packaged_fac
 inverted as the method inverts real faces (the W+ encoder + 20 refinement steps with SFace's identity term). Per
 level d and key, the keyed identity code is drawn at d (eq. 13-14, rotation g(d)); the face a wrong password draws
 is the anonymized code undone with another password (eq. 16-17), from the carried code. Per level, over faces x
-keys: SFace and FaceRes cosine between the drawn face and the original crop (the guard blurs at SFace >= 0.363 or
-FaceRes >= 0.6168, and retries key variants until SFace <= 0.15 and FaceRes <= 0.5803: ``zoo.guard``); the same for
+keys: SFace and FaceRes cosine between the drawn face and the original crop (at the guard's SFace and FaceRes lines:
+it blurs at SFace >= 0.363 or FaceRes >= 0.6168, and retries key variants until SFace <= 0.15 and FaceRes <= 0.5803;
+MobileFace, the guard's third recognizer, is not measured here: ``zoo.guard``); the same for
 the wrong-password face; |yaw change| by the face mesh (degrees); and the code-space round trip with the right
 password (max abs error of the identity code). This chose ``personal``'s default level. Writes
 ``benchmarks/results/personal_wplus_levels.{json,md}``.

