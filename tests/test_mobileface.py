@@ -56,20 +56,16 @@ def test_converter_rejects_a_changed_graph(change):
         MF.convert_mobileface(graph)
 
 
-def test_network_shapes_and_speed_budget():
-    """256-d descriptors; a batch of faces runs well inside the guard's 30 ms per face on one thread."""
-    import time
-
+def test_network_gives_one_256_d_descriptor_per_face():
+    """256-d descriptors, finite, one per face, and a face's descriptor does not depend on its batch."""
     _source_or_skip()
     net = MF.load_mobileface()
-    x = MF.mobileface_input(np.random.default_rng(0).integers(0, 256, (8, 112, 112, 3), dtype=np.uint8))
+    x = MF.mobileface_input(np.random.default_rng(0).integers(0, 256, (4, 112, 112, 3), dtype=np.uint8))
     with torch.no_grad():
-        net(x)
-        t = time.perf_counter()
         e = net(x)
-        per_face = (time.perf_counter() - t) / 8
-    assert e.shape == (8, 256) and torch.isfinite(e).all()
-    assert per_face < 0.030, per_face
+        one = net(x[2:3])
+    assert e.shape == (4, 256) and torch.isfinite(e).all()
+    assert torch.nn.functional.cosine_similarity(e[2:3], one).item() > 0.9999
 
 
 @pytest.mark.slow  # node + TensorFlow.js
