@@ -132,6 +132,39 @@ def faces8() -> np.ndarray:
     return np.stack(crops)
 
 
+@pytest.fixture
+def tfjs_reference(tmp_path):
+    """``run(graph_json, x_nchw, output_node) -> float32 [N, D]``: TensorFlow.js (``.node/``, CPU backend) running a
+    graph model on ``x`` (given NCHW, fed NHWC) through ``tools/tfjs_reference.mjs``; skips without node or TFJS."""
+    import json
+    import shutil
+    import subprocess
+
+    root = Path(__file__).resolve().parent.parent
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed (setup installs TensorFlow.js with npm)")
+    if not (root / ".node" / "node_modules" / "@tensorflow" / "tfjs-converter").is_dir():
+        pytest.skip("TensorFlow.js is not in .node/ (bash scripts/fetch_recognizer.sh installs it)")
+
+    def run(graph_file: Path, x: torch.Tensor, output: str) -> np.ndarray:
+        nhwc = x.permute(0, 2, 3, 1).contiguous().numpy().astype("<f4")
+        nhwc.tofile(tmp_path / "in.f32")
+        cmd = [
+            "node",
+            str(root / "tools" / "tfjs_reference.mjs"),
+            str(graph_file),
+            str(tmp_path / "in.f32"),
+            ",".join(map(str, nhwc.shape)),
+            str(tmp_path / "out"),
+            output,
+        ]
+        subprocess.run(cmd, check=True, cwd=root, capture_output=True, timeout=300)
+        (spec,) = json.loads((tmp_path / "out.json").read_text())["outputs"]
+        return np.fromfile(tmp_path / "out.0.f32", "<f4").reshape(spec["shape"])
+
+    return run
+
+
 def psnr_outside(a: np.ndarray, b: np.ndarray, boxes) -> float:
     """PSNR (dB) of ``b`` against ``a`` over the pixels outside every [x0, y0, x1, y1] box."""
     keep = np.ones(a.shape[:2], bool)

@@ -1,8 +1,5 @@
 """The second recognizer (zoo.nn.faceres): TFJS reader, converter parity with TensorFlow.js, crop, judge."""
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -10,9 +7,6 @@ import pytest
 import torch
 
 from zoo.nn import faceres as FR
-
-ROOT = Path(__file__).resolve().parent.parent
-TFJS = ROOT / ".node" / "node_modules" / "@tensorflow" / "tfjs-converter"
 
 
 def _source_or_skip() -> Path:
@@ -65,34 +59,15 @@ def test_converter_rejects_a_changed_graph():
 
 
 @pytest.mark.slow  # 17 s: node + TensorFlow.js
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (setup installs TensorFlow.js with npm)")
-def test_parity_with_tensorflow_js(faces8, tmp_path):
+def test_parity_with_tensorflow_js(faces8, tfjs_reference):
     """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""
     graph_file = _source_or_skip()
-    if not TFJS.is_dir():
-        pytest.skip("TensorFlow.js is not in .node/ (bash scripts/fetch_recognizer.sh installs it)")
     from zoo.alignment import warp_region
 
     boxes = np.stack([warp_region(c, FR.faceres_crop_matrix(np.eye(3)[:2], 256), (192, 192)) for c in faces8])
     x = FR.faceres_crops(boxes)  # [8,3,224,224], 0..255
-    x.permute(0, 2, 3, 1).contiguous().numpy().astype("<f4").tofile(tmp_path / "in.f32")
-    subprocess.run(
-        [
-            "node",
-            str(ROOT / "tools" / "tfjs_reference.mjs"),
-            str(graph_file),
-            str(tmp_path / "in.f32"),
-            "8,224,224,3",
-            str(tmp_path / "out"),
-            "global_pooling/Mean",
-        ],
-        check=True,
-        cwd=ROOT,
-        capture_output=True,
-        timeout=300,
-    )
-    assert json.loads((tmp_path / "out.json").read_text())["outputs"][0]["shape"] == [8, 1024]
-    ref = np.fromfile(tmp_path / "out.0.f32", "<f4").reshape(8, 1024)
+    ref = tfjs_reference(graph_file, x, "global_pooling/Mean")
+    assert ref.shape == (8, 1024)
     with torch.no_grad():
         ours = FR.load_faceres()(x).numpy()
     cos = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)

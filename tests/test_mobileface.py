@@ -1,8 +1,5 @@
 """The third recognizer (zoo.nn.mobileface): converter, parity with TensorFlow.js, ArcFace crop, judge."""
 
-import json
-import shutil
-import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -11,9 +8,6 @@ import torch
 
 from zoo.nn import faceres as FR
 from zoo.nn import mobileface as MF
-
-ROOT = Path(__file__).resolve().parent.parent
-TFJS = ROOT / ".node" / "node_modules" / "@tensorflow" / "tfjs-converter"
 
 
 def _source_or_skip() -> Path:
@@ -69,26 +63,12 @@ def test_network_gives_one_256_d_descriptor_per_face():
 
 
 @pytest.mark.slow  # node + TensorFlow.js
-@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed (setup installs TensorFlow.js with npm)")
-def test_parity_with_tensorflow_js(faces8, tmp_path):
+def test_parity_with_tensorflow_js(faces8, tfjs_reference):
     """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""
     graph_file = _source_or_skip()
-    if not TFJS.is_dir():
-        pytest.skip("TensorFlow.js is not in .node/ (bash scripts/fetch_recognizer.sh installs it)")
     x = MF.mobileface_input(_arcface_faces(faces8))
-    x.permute(0, 2, 3, 1).contiguous().numpy().astype("<f4").tofile(tmp_path / "in.f32")
-    cmd = [
-        "node",
-        str(ROOT / "tools" / "tfjs_reference.mjs"),
-        str(graph_file),
-        str(tmp_path / "in.f32"),
-        "8,112,112,3",
-        str(tmp_path / "out"),
-        "batchnorm0/add_1",
-    ]
-    subprocess.run(cmd, check=True, cwd=ROOT, capture_output=True, timeout=300)
-    assert json.loads((tmp_path / "out.json").read_text())["outputs"][0]["shape"] == [8, 256]
-    ref = np.fromfile(tmp_path / "out.0.f32", "<f4").reshape(8, 256)
+    ref = tfjs_reference(graph_file, x, "batchnorm0/add_1")
+    assert ref.shape == (8, 256)
     with torch.no_grad():
         ours = MF.load_mobileface()(x).numpy()
     cos = (ours * ref).sum(1) / np.linalg.norm(ours, axis=1) / np.linalg.norm(ref, axis=1)

@@ -143,11 +143,6 @@ class GuardCheck:
         """The nearer of the anonymized face and the wrong-key recovery (SFace cosine distance)."""
         return self.scores()[0]
 
-    @property
-    def faceres_score(self) -> float:
-        """The nearer of the anonymized face and the wrong-key recovery (FaceRes cosine distance)."""
-        return self.scores()[1]
-
     def add_wrong_key(self, distance: float, faceres_distance: float, mobileface_distance: float = 2.0) -> None:
         """One more stand-in wrong key's recovery: the nearer (per recognizer) of it and those probed before."""
         self.wrong_keys_probed += 1
@@ -237,8 +232,16 @@ class PrivacyGuard:
         if not self.faceres_floor < self.faceres_target < 2.0:
             raise ValueError(f"the privacy guard's FaceRes target must be a cosine below {1.0 - self.faceres_floor:.3f}, got {faceres_target!r}")
         self.mobileface_target = 1.0 - MOBILEFACE_TARGET
-        self.floors = (self.floor, self.faceres_floor, self.mobileface_floor)
-        self.targets = (self.target, self.faceres_target, self.mobileface_target)
+
+    @property
+    def floors(self) -> tuple[float, float, float]:
+        """The blur lines as distances, in :data:`RECOGNIZERS` order."""
+        return (self.floor, self.faceres_floor, self.mobileface_floor)
+
+    @property
+    def targets(self) -> tuple[float, float, float]:
+        """The retry targets as distances, in :data:`RECOGNIZERS` order."""
+        return (self.target, self.faceres_target, self.mobileface_target)
 
     @property
     def judges(self) -> tuple:

