@@ -602,3 +602,20 @@ def test_the_photo_is_composited_with_the_reach_the_guard_chose(astronaut, monke
     monkeypatch.undo()
     (face,) = Drawn().anonymize(astronaut).faces
     assert face.composite["reach"] == 0.02 and "reach" not in face.guard
+
+
+def test_the_fail_closed_blur_leaves_no_face_the_guard_recognizes(t1_rgb, t1_faces):
+    """Each t1 face hard-blurred alone is past every guard recognizer's blur line, and the default strength
+    (:data:`zoo.paste.BLUR_CELLS`) keeps less of the face than a milder one (6 cells) does."""
+    from zoo.guard import guard_for
+    from zoo.paste import blur_face
+
+    g = guard_for()
+    faces = list(t1_faces)
+    ref = g.photo_embeddings(t1_rgb, faces)
+    default = np.concatenate([g.photo_embeddings(blur_face(t1_rgb, f), [f]) for f in faces])
+    mild = np.concatenate([g.photo_embeddings(blur_face(t1_rgb, f, cells=6), [f]) for f in faces])
+    d_default, d_mild = g.distances(ref, default), g.distances(ref, mild)
+    assert len(faces) >= 5
+    assert (d_default > np.asarray(g.floors)[None] + 0.05).all(), d_default
+    assert np.median(d_default, axis=0).min() > np.median(d_mild, axis=0).min()
