@@ -146,6 +146,7 @@ def personal():
     return zoo.load("personal")
 
 
+@pytest.mark.slow  # 16 s: a photo anonymized, saved and recovered by personal
 def test_recovery_from_the_saved_png_starts_from_the_carried_code(personal):
     """Aligned crops: anonymize -> PNG bytes -> recover gives the backbone's own reconstruction (the
     carried code inverted exactly with the right key); a wrong key recovers nothing (the block's key check
@@ -264,6 +265,7 @@ def test_the_region_reach_rides_in_the_block():
     assert not img.any()
 
 
+@pytest.mark.slow  # 13 s: anonymize and recover a photo twice
 def test_recovery_composites_over_the_region_the_anonymized_face_took(personal, monkeypatch):
     """A face the guard drew over a wider region is recovered over that region too (its block names the reach, and
     the pipeline hands it to the compositing), so no band of the anonymized face stays around the recovered one; a

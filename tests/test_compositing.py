@@ -219,6 +219,7 @@ def test_composite_at_the_image_border(astronaut):
     assert not np.array_equal(out, cut)
 
 
+@pytest.mark.slow  # 17 s: two photos through dbaf, the small face found by the detector's extra passes
 def test_report_says_which_mask_each_face_got(astronaut):
     import zoo
 

@@ -161,6 +161,7 @@ def test_texture_identity_replaces_the_face_and_keeps_expression_and_illuminatio
         assert p_all < 30.0 and p_tex < 30.0  # the texture part of the code alone visibly changes the face
 
 
+@pytest.mark.slow  # 9 s: the texture-space command run twice
 def test_texture_space_command_is_reproducible_from_a_seed(tmp_path):
     from zoo.face3d.texture_space import main_build as build_texture
 
@@ -345,6 +346,7 @@ def test_checkpoint_round_trip_through_zoo_load(method, tmp_path, astronaut_rgb)
 
 
 # ------------------------------------------------------------------ shape space
+@pytest.mark.slow  # 13 s: the shape-space command run twice
 def test_shape_space_command_is_reproducible_from_a_seed(tmp_path):
     a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
     for out in (a, b):

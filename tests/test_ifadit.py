@@ -182,6 +182,7 @@ def test_batch_of_one_equals_row_of_batch_of_eight(method):
     torch.testing.assert_close(r1, r8[5:6], atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow  # 8 s: a new process loads the checkpoint
 def test_save_load_roundtrip_and_new_process(method, tmp_path):
     from zoo import load
 

@@ -239,6 +239,7 @@ def test_anonymize_recover_batch_of_one_equals_row_of_eight(method):
     assert (y_level0 - y8[:1]).abs().max() > 1e-3  # the level changes the output
 
 
+@pytest.mark.slow  # 8 s: a new process loads the checkpoint
 def test_checkpoint_roundtrip_with_library_and_new_process(method, tmp_path):
     from zoo import load
 
