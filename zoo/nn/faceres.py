@@ -48,6 +48,7 @@ __all__ = [
     "faceres_crop_matrix",
     "faceres_crops",
     "faceres_source_dir",
+    "missing_source_files",
     "converted_human_model",
     "human_model_files",
     "load_converted",
@@ -247,6 +248,12 @@ def faceres_crops(box_crops_192: np.ndarray) -> torch.Tensor:
 def faceres_source_dir() -> Path:
     """Where setup put the tarball's files (``<zoo cache>/sources/human-models-3.0.4``)."""
     return zoo_cache_dir() / "sources" / HUMAN_MODELS.split("/")[-1].replace("@", "-")
+
+
+def missing_source_files() -> list[str]:
+    """The files of :data:`HUMAN_MODELS_FILES` that setup has not extracted into :func:`faceres_source_dir` yet."""
+    root = faceres_source_dir()
+    return [name for name in HUMAN_MODELS_FILES if not (root / name.removeprefix("package/")).is_file()]
 
 
 def human_model_files(stem: str, what: str) -> tuple[Path, Path]:
