@@ -8,7 +8,8 @@ FaceRes, MobileFace still recognizes at the guard's blur lines, ties broken by t
 median distance. dlib (never used by the tool) judges both splits, and the held-out photos are reported beside them.
 
 Strength = pixelation cells across the face before the Gaussian (:data:`zoo.paste.BLUR_CELLS`); fewer cells, less left.
-Faces under 20 px (box side) are counted but not judged, as in :mod:`benchmarks.fail_closed`.
+Faces under 20 px (box side), and known faces the zoo's detector does not find on the photo, are left out (as
+:mod:`benchmarks.fail_closed` leaves them unjudged).
 
     python -m benchmarks.blur_strength [--cells 6,4,3,2,1] [--photos t1,biden,...]   # -> results/blur_strength.{json,md}
 """
@@ -86,8 +87,16 @@ def main(argv: list[str] | None = None) -> int:
                 **{f"{j}_median": round(float(np.median([r[j] for r in rs])), 4) for j in JUDGES},
                 **{f"{j}_min": round(float(np.min([r[j] for r in rs])), 4) for j in JUDGES},
             }
+    tuned = [c for c in strengths if f"tuning:{c:g}" in summary]
+
+    def rule(c: float) -> tuple[int, float]:  # fewest recognized, then the larger smallest median
+        s = summary[f"tuning:{c:g}"]
+        return (s["guard_recognized"], -min(s[f"{j}_median"] for j in floors))
+
+    chosen = min(tuned, key=rule) if tuned else None
     result = {
         "command": command_line("benchmarks.blur_strength", argv),
+        "chosen_on_tuning": chosen,
         "seconds": round(time.time() - t0, 1),
         "floors": floors,
         "summary": summary,
@@ -113,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
             + " | ".join(f"{s[f'{j}_median']} / {s[f'{j}_min']}" for j in JUDGES)
             + " |"
         )
+    if chosen is not None:
+        lines += ["", f"Chosen on the tuning faces by the rule above: {chosen:g} cells (`zoo.paste.BLUR_CELLS`)."]
     dlib_rows = sorted((r for r in rows if r["dlib"] < judges["dlib"].distance_threshold), key=lambda r: (r["split"], r["cells"]))
     if dlib_rows:
         lines += [

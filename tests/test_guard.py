@@ -618,4 +618,4 @@ def test_the_fail_closed_blur_leaves_no_face_the_guard_recognizes(t1_rgb, t1_fac
     d_default, d_mild = g.distances(ref, default), g.distances(ref, mild)
     assert len(faces) >= 5
     assert (d_default > np.asarray(g.floors)[None] + 0.05).all(), d_default
-    assert np.median(d_default, axis=0).min() > np.median(d_mild, axis=0).min()
+    assert np.median(d_default, axis=0).min() > np.median(d_mild, axis=0).min() + 0.01

@@ -155,7 +155,6 @@ def test_detector_gap_frames_are_not_left_untouched(clip, tmp_path, monkeypatch)
     assert res.report()["audio"] == "copied"
 
 
-@pytest.mark.slow  # 14 s: a clip anonymized and recovered with two keys
 def test_recover_right_key_differs_from_wrong_key(clip, tmp_path):
     m = load("personal")
     anon = tmp_path / "anon.mkv"

@@ -104,8 +104,9 @@ def paste_back(
 
 # ====================================================================== fail-closed blurring
 #: fail-closed blur strength: cells across the face the region is pixelated to before the Gaussian (sigma = face /
-#: (cells + 4)). Chosen on the tuning photos (``benchmarks/results/blur_strength.md``, 42 faces): at 3 cells the
-#: guard's recognizers still recognize 1 blurred face (at 6 cells: 2) and their median distances are the largest
+#: (cells + 4)); :func:`blur_hard` (a whole aligned crop) takes the face as 0.6 of the crop. Chosen on the tuning
+#: photos (``benchmarks/results/blur_strength.md``, 42 faces) by the fewest blurred faces the guard's recognizers
+#: still recognize (1 at 3 or 4 cells, 2 at 6), ties to the larger smallest per-recognizer median distance
 BLUR_CELLS = 3.0
 
 
@@ -113,6 +114,8 @@ def _hard_blur(region: np.ndarray, face_size: float, cells: float | None = None)
     """Pixelate to ``cells`` (default :data:`BLUR_CELLS`) cells across the face, then Gaussian blur with sigma =
     face_size / (cells + 4). uint8 [H, W, 3] -> the same."""
     cells = BLUR_CELLS if cells is None else float(cells)
+    if not cells > 0:
+        raise ValueError(f"blur cells must be > 0, got {cells!r}")
     h, w = region.shape[:2]
     cell = max(1.0, face_size / cells)
     sw, sh = max(1, int(round(w / cell))), max(1, int(round(h / cell)))
