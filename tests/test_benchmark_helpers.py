@@ -6,6 +6,7 @@ import json
 from types import SimpleNamespace
 
 import numpy as np
+import pytest
 
 from benchmarks.appearance import record_at
 from benchmarks.carrier_attack import earlier_rows
@@ -150,6 +151,7 @@ def test_benchmarks_take_method_controls_as_the_cli_does():
         method_controls(p.parse_args(["-c", "face_fit"]))
 
 
+@pytest.mark.slow  # 6 s: dlib on four turns of a photo
 def test_the_evaluators_dlib_place_of_a_face_on_its_side_reads_it_upright(t1_rgb, t1_faces):
     """benchmarks.appearance.OriginalFace: a face lying on its side gets its 5 landmarks from dlib's model run on the
     photo turned upright, so the judge reads it as it reads the face upright."""

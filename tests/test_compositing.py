@@ -243,6 +243,7 @@ def test_report_says_which_mask_each_face_got(astronaut):
     assert any(r.composite and r.composite["mask"] == "5-point" for r in res.faces)
 
 
+@pytest.mark.slow  # 8 s: a photo through dbaf with both blends
 def test_a_method_blends_its_faces_the_way_it_says(astronaut):
     """The pipeline composes with the method's ``blend_mode`` and the report names it; the gradient-domain blend
     gives a different photo; a mode the compositing does not know is an error, not a silent plain paste."""

@@ -277,6 +277,7 @@ def test_save_load_roundtrip(method, tmp_path):
         torch.testing.assert_close(loaded.recover_faces(x, ks), method.recover_faces(x, ks), atol=0, rtol=0)
 
 
+@pytest.mark.slow  # 5 s: a new process
 def test_same_secret_same_output_in_a_new_process(tmp_path):
     """Keys come from the secret alone: a fresh process loading the checkpoint gives the same faces."""
     x = faces(2, seed=9)

@@ -111,6 +111,7 @@ def test_identical_images_deid_zero_recovery_one(faces):
     json.dumps(res)  # JSON-serialisable
 
 
+@pytest.mark.slow  # 6 s: the evaluator over pairs of people
 def test_different_people_deid_one(faces):
     res = evaluate(Swap(), faces, ("sface", "dlib"), n_keys=1, robustness=False, detection=False, landmarks=False, lpips=None)
     for judge in ("sface", "dlib"):

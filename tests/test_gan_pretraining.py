@@ -101,6 +101,7 @@ def test_stage0_frozen_generator_and_latent_regression():
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in m.encoder.parameters())
 
 
+@pytest.mark.slow  # 4 s: the generator check on real and random faces
 def test_check_generator_detects_faces_in_real_faces_and_not_in_a_random_generator():
     from training.gan import check_generator
 

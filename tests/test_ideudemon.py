@@ -102,6 +102,7 @@ def test_zero_scale_fit_then_render_reproduces_the_input(faces128):
     assert all(b < a - 8.0 for a, b in zip(p0, p4)), (p0, p4)  # a perturbed render really is a different face geometry
 
 
+@pytest.mark.slow  # 7 s: Step I at five scales, judged by SFace
 def test_identity_distance_grows_with_scale(faces128, sface_judge):
     from zoo.detection import detect_faces
 
@@ -325,6 +326,7 @@ def test_training_losses_reach_the_restorer_and_discriminators(method, x64):
         m.eval()
 
 
+@pytest.mark.slow  # 6 s: a checkpoint saved, loaded and run on a photo
 def test_checkpoint_round_trip_through_zoo_load(method, tmp_path, astronaut_rgb):
     import zoo
 

@@ -45,6 +45,7 @@ print(json.dumps({{"fp": km.fingerprint, "u": km.uniform(16).tolist(), "n": km.n
 """
 
 
+@pytest.mark.slow  # 4 s: a new process
 def test_same_secret_same_vectors_in_a_fresh_process():
     km = Secret("same secret").derive("ifadit", 1)
     env = {**os.environ, "PYTHONHASHSEED": "12345"}  # a different hash seed must not matter

@@ -149,6 +149,7 @@ def test_mean_face_is_a_face_in_range(generator):
     assert -1.5 < float(img.min()) and float(img.max()) < 1.5 and float(img.std()) > 0.2
 
 
+@pytest.mark.slow  # 9 s: the 1024 px network drawn to compare its heads
 @needs_wheel
 def test_trained_heads_match_the_downsampled_1024_output(generator):
     """Two held-out seeds; the benchmark measures 64 (benchmarks/results/mobilestylegan_heads.json)."""
@@ -230,6 +231,7 @@ def test_cli_device_a_machine_cannot_use_is_one_line(tmp_path, capsys, command, 
 
 
 # ------------------------------------------------------------------ inversion and `zoo reconstruct`
+@pytest.mark.slow  # 9 s: W+ refinement steps at 256 px
 @needs_wheel
 def test_refinement_lowers_the_reconstruction_loss(generator):
     from zoo.inversion import refine_wplus

@@ -287,6 +287,7 @@ def test_cli_with_grad_accum_and_samples(image_dir, tmp_path):
     assert grid.shape[0] == 4 * RES  # input / anonymized / recovered / wrong_key rows
 
 
+@pytest.mark.slow  # 4 s: the training script in a new process
 def test_script_runs_as_a_file():
     """`python training/train.py` (what `accelerate launch` runs) finds the project's packages."""
     env = dict(os.environ, HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")

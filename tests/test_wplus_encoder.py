@@ -1,6 +1,7 @@
 """The W+ encoder (zoo.nn.wplus_encoder) and its training data augmentation."""
 
 import numpy as np
+import pytest
 import torch
 
 from zoo.nn.mobilestylegan import NUM_SLOTS, STYLE_DIM
@@ -16,6 +17,7 @@ def test_encoder_starts_at_the_average_face_and_has_the_wplus_shape():
     assert torch.allclose(w, enc.w_avg.expand_as(w))  # untrained: every slot is w_avg
 
 
+@pytest.mark.slow  # 7 s: a short training run
 def test_encoder_learns_a_latent():
     torch.manual_seed(0)
     enc = WPlusEncoder()
