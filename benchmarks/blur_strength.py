@@ -29,7 +29,7 @@ from benchmarks.report import command_line, write_results
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 OUT = Path(__file__).resolve().parent / "results" / "blur_strength"
-JUDGES = ("sface", "faceres", "mobileface", "dlib")
+JUDGES = ("sface", "faceres", "mobileface", "dlib")  # the guard's recognizers (zoo.guard.RECOGNIZERS), then the judge
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,13 +40,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
 
     from training.evaluate import wilson_interval
-    from zoo.guard import guard_for
+    from zoo.guard import RECOGNIZERS, guard_for
     from zoo.judges import embed_at_original_places, get_judge
     from zoo.paste import blur_face
 
     guard = guard_for()
     judges = {name: get_judge(name) for name in JUDGES}
-    floors = dict(zip(("sface", "faceres", "mobileface"), guard.floors))
+    floors = dict(zip(RECOGNIZERS, guard.floors))
     strengths = [float(c) for c in a.cells.split(",")]
     rows: list[dict] = []
     t0 = time.time()

@@ -266,8 +266,12 @@ def human_model_files(stem: str, what: str) -> tuple[Path, Path]:
     return files
 
 
+#: how errors name this model
+_WHAT = "FaceRes, the second face recognizer"
+
+
 def _source_files() -> tuple[Path, Path]:
-    return human_model_files("faceres", "FaceRes, the second face recognizer")
+    return human_model_files("faceres", _WHAT)
 
 
 def extract_tarball(tarball: Path, dest: Path | None = None) -> Path:
@@ -334,7 +338,7 @@ def converted_weights() -> Path:
         "crop_box_ffhq": list(FACERES_BOX),
         "licence": WEIGHTS_LICENCE,
     }
-    return converted_human_model("faceres", "FaceRes, the second face recognizer", convert_faceres, config)
+    return converted_human_model("faceres", _WHAT, convert_faceres, config)
 
 
 @lru_cache(maxsize=1)
