@@ -50,9 +50,7 @@ def main(argv: list[str] | None = None) -> int:
     strengths = [float(c) for c in a.cells.split(",")]
     rows: list[dict] = []
     t0 = time.time()
-    for name, (rgb, boxes) in RP.photos().items():
-        if name not in a.photos.split(","):
-            continue
+    for name, (rgb, boxes) in RP.photos(a.photos.split(",")).items():
         faces = judge_places(rgb, boxes)
         judged = [(i, f) for i, (b, f) in enumerate(zip(boxes, faces)) if f is not None and max(b[2] - b[0], b[3] - b[1]) >= MIN_JUDGED]
         if not judged:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> dict:
             from benchmarks.real_photos import photos
             from zoo import load
 
-            rgb = photos()[args.photo][0]
+            rgb = photos([args.photo])[args.photo][0]
             method = load(args.method)
             for chunk in sorted(set(args.chunks)):
                 msg.CPU_CHUNK = chunk

@@ -121,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
 
     judges = {name: get_judge(name) for name in ("dlib", "sface", "faceres", "mobileface")}
     dlib_thr = judges["dlib"].threshold
-    photos = {k: v for k, v in RP.photos().items() if k in a.photos.split(",")}
+    photos = RP.photos(a.photos.split(","))
     result: dict = {"command": command_line("benchmarks.fail_closed", argv), "split": {k: RP.split_of(k) for k in photos}, "methods": {}}
     for method_name in a.methods.split(","):
         method = zoo.load(method_name)

@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     judges = {n: get_judge(n) for n in names}
     dlib_thr = None if a.no_dlib else judges["dlib"].threshold
     wanted = a.photos.split(",") if a.photos else None
-    photos = {k: v for k, v in RP.photos().items() if (k in wanted if wanted else k != "crowd" and (a.split == "all" or RP.split_of(k) == a.split))}
+    photos = {k: v for k, v in RP.photos(wanted).items() if (wanted or k != "crowd" and (a.split == "all" or RP.split_of(k) == a.split))}
     runs: dict = {}
     for method_name in a.methods.split(","):
         for steps, weight in settings:

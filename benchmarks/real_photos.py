@@ -30,7 +30,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 
 import cv2
@@ -321,20 +321,24 @@ def crowd_boxes(t1_boxes: list[list[float]], t1_shape: tuple[int, int]) -> list[
     return out
 
 
-def photos() -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """name -> (uint8 RGB photo, float [N, 4] face boxes x0, y0, x1, y1) for :data:`REAL_PHOTOS` and ``crowd``;
-    photos whose package is missing (or not fetched) are left out."""
+def photos(names: Iterable[str] | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """name -> (uint8 RGB photo, float [N, 4] face boxes x0, y0, x1, y1) for :data:`REAL_PHOTOS` and ``crowd`` (built
+    from t1), or only for ``names``; photos whose package is missing (or not fetched) are left out. Only the photos
+    asked for are read."""
+    wanted = None if names is None else set(names)
     fixture = json.loads(FIXTURE.read_text())
     out = {}
     for name in REAL_PHOTOS:
+        if wanted is not None and name not in wanted and not (name == "t1" and "crowd" in wanted):
+            continue
         path = photo_path(name)
         if path is None or name not in fixture:
             continue
         out[name] = (read_image(path), np.array(fixture[name]["boxes"], float))
-        if name == "t1":
+        if name == "t1" and (wanted is None or "crowd" in wanted):
             t1 = out[name][0]
             out["crowd"] = (_crowd(t1), np.array(crowd_boxes(fixture["t1"]["boxes"], t1.shape[:2]), float))
-    return out
+    return out if wanted is None else {name: photo for name, photo in out.items() if name in wanted}
 
 
 def split_of(name: str) -> str:

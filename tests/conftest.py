@@ -172,3 +172,15 @@ def psnr_outside(a: np.ndarray, b: np.ndarray, boxes) -> float:
         keep[int(np.floor(y0)) : int(np.ceil(y1)), int(np.floor(x0)) : int(np.ceil(x1))] = False
     mse = ((a[keep].astype(np.float64) - b[keep].astype(np.float64)) ** 2).mean()
     return float("inf") if mse == 0 else float(10 * np.log10(255.0**2 / mse))
+
+
+def recognizer_graph_or_skip(module) -> Path:
+    """The TFJS graph file of a recognizer module (``zoo.nn.faceres`` or ``zoo.nn.mobileface``) from the cache, or a
+    skip naming the setup command where the npm tarball's files are absent."""
+    from zoo.nn.faceres import MissingRecognizerError
+
+    try:
+        graph, _ = module._source_files()
+    except MissingRecognizerError as err:
+        pytest.skip(str(err))
+    return graph

@@ -488,6 +488,7 @@ def test_page_and_api_publish_no_key_and_name_every_output(app):
     assert [p["parameter_name"] for p in api["/anonymize_video"]["parameters"]][:3] == ["video", "method", "key"]
 
 
+@pytest.mark.slow
 def test_recover_without_a_key_uses_a_fresh_one_per_run(app, photo):
     outs = [recover_roundtrip(app["catalog"], str(photo), ["shift"], "", "", None, [], []) for _ in range(2)]
     prints = [status.split("`")[1] for *_rest, status in outs]

@@ -202,6 +202,7 @@ def test_the_key_check_rides_and_tells_a_wrong_key():
     assert found.key_check is None and found.key_matches(wrong)
 
 
+@pytest.mark.slow
 def test_photo_recovery_reads_every_face_and_reports_it(personal):
     from zoo.assets import example_images
     from zoo.imageio import load_image

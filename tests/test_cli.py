@@ -35,6 +35,7 @@ def _run(*args, env_extra=None) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "zoo", *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=300)
 
 
+@pytest.mark.slow
 def test_anonymize_a_folder_end_to_end(photos, tmp_path):
     out = tmp_path / "out"
     key_file = tmp_path / "my.key"

@@ -318,6 +318,7 @@ def test_full_photo_anonymize_and_recover(method, astronaut_rgb):
 
 # ------------------------------------------------------------------ training protocol
 @pytest.mark.parametrize("cls", [DBAF, HFORD], ids=["dbaf", "hford"])
+@pytest.mark.slow
 def test_training_losses_reach_the_trained_parts(cls):
     m = build(cls, seed=2)
     m.train_generator = torch.Generator().manual_seed(5)
@@ -476,6 +477,7 @@ def test_official_maar_converts_strictly_and_computes_cbam():
         convert_dbaf_maar(bad)
 
 
+@pytest.mark.slow
 def test_official_cid_converts_strictly_and_reproduces_the_batch_one_forward():
     sd = _official_cid()
     cid = convert_dbaf_cid(sd).eval()

@@ -54,6 +54,7 @@ def _cos(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return (a * b).sum(1) / np.linalg.norm(a, axis=1) / np.linalg.norm(b, axis=1)
 
 
+@pytest.mark.slow
 def test_sface_torch_matches_opencv(sface, t1_rgb):
     crops = _crops(t1_rgb)
     aligned, ref = _cv2_features(crops)

@@ -128,6 +128,7 @@ def test_different_people_deid_one(faces):
     assert res["fallbacks"]["reconstruct"] == 0
 
 
+@pytest.mark.slow
 def test_noise_strength_moves_numbers_the_right_way(faces):
     from zoo import load
 
@@ -145,6 +146,7 @@ def test_noise_strength_moves_numbers_the_right_way(faces):
     assert s["diversity"]["sface"]["kffa"]["value"] > w["diversity"]["sface"]["kffa"]["value"]
 
 
+@pytest.mark.slow
 def test_utility_and_robustness_for_identity(faces):
     res = evaluate(Identity(), faces[:2], ("sface",), n_keys=1, lpips=None)
     for name in ("jpeg90", "jpeg75", "resize0.5"):

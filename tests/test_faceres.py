@@ -1,20 +1,11 @@
 """The second recognizer (zoo.nn.faceres): TFJS reader, converter parity with TensorFlow.js, crop, judge."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import recognizer_graph_or_skip
 
 from zoo.nn import faceres as FR
-
-
-def _source_or_skip() -> Path:
-    try:
-        graph, _ = FR._source_files()
-    except FR.MissingRecognizerError as err:
-        pytest.skip(str(err))
-    return graph
 
 
 def test_same_pad_matches_tensorflow_same():
@@ -51,7 +42,7 @@ def test_converter_rejects_a_changed_graph():
     from zoo.convert import ConversionError
     from zoo.convert.tfjs_graph import read_tfjs_graph
 
-    graph = read_tfjs_graph(_source_or_skip())
+    graph = read_tfjs_graph(recognizer_graph_or_skip(FR))
     conv = graph.nodes["conv_dw_2/depthwise"]
     conv.attrs["strides"] = [1, 1, 1, 1]
     with pytest.raises(ConversionError, match="strides"):
@@ -61,7 +52,7 @@ def test_converter_rejects_a_changed_graph():
 @pytest.mark.slow  # 17 s: node + TensorFlow.js
 def test_parity_with_tensorflow_js(faces8, tfjs_reference):
     """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""
-    graph_file = _source_or_skip()
+    graph_file = recognizer_graph_or_skip(FR)
     from zoo.alignment import warp_region
 
     boxes = np.stack([warp_region(c, FR.faceres_crop_matrix(np.eye(3)[:2], 256), (192, 192)) for c in faces8])
@@ -79,7 +70,7 @@ def test_judge_separates_people_and_keeps_a_person(faces8):
     """Same face mirrored: above the calibrated threshold; the tuning photo's 6 people: below it."""
     from zoo.judges import get_judge
 
-    _source_or_skip()
+    recognizer_graph_or_skip(FR)
     j = get_judge("faceres")
     e = j.embed_aligned(faces8[:6])
     em = j.embed_aligned(np.ascontiguousarray(faces8[:6, :, ::-1]))
@@ -98,7 +89,7 @@ def test_photo_and_crop_embeddings_agree():
     from zoo.imageio import load_image
     from zoo.judges import get_judge
 
-    _source_or_skip()
+    recognizer_graph_or_skip(FR)
     rgb = load_image(example_images()["astronaut"])[0]
     faces = detect_faces(rgb)
     j = get_judge("faceres")

@@ -462,6 +462,7 @@ def test_aligned_guard_embeds_each_input_crop_once(monkeypatch):
         assert sum(c.shape == face.shape and np.array_equal(c, face) for c in seen) == 1
 
 
+@pytest.mark.slow
 def test_sface_judge_without_opencvs_dnn_gives_opencvs_embeddings(astronaut, t1_rgb, monkeypatch):
     """Where OpenCV cannot run SFace's ONNX (OpenCV 5), the judge falls back to the zoo's torch port of the same
     file: the guard's distances must not change."""

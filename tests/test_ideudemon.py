@@ -219,6 +219,7 @@ def test_step_one_demo_changes_identity_keeps_pose_and_background(demo_method, d
     assert dist[0.4].mean() > 0.6  # at the top of the dial dlib no longer matches on average
 
 
+@pytest.mark.slow
 def test_registration_puts_the_detected_features_on_the_coded_geometry(demo_method, t1_rgb):
     """A keyed texture moves where a detector finds the features (and with them the landmark head pose);
     the demo registers them back onto the coded mesh, inside the blend mask only."""
@@ -276,6 +277,7 @@ def test_guard_variants_draw_new_noise_at_a_growing_scale(method):
     assert method.guard_variants == 3
 
 
+@pytest.mark.slow
 def test_batch_of_one_equals_a_row_of_a_batch_of_eight(method, x64):
     keys = _keys("batch", 8)
     with torch.no_grad():
@@ -303,6 +305,7 @@ def test_non_face_region_is_carried_over(method, x64):
         assert _psnr(f, o, keep) > 40.0
 
 
+@pytest.mark.slow
 def test_training_losses_reach_the_restorer_and_discriminators(method, x64):
     method.train_generator = torch.Generator().manual_seed(3)
     batch = {"image": x64[:2], "image_b": x64[2:4]}

@@ -1,21 +1,12 @@
 """The third recognizer (zoo.nn.mobileface): converter, parity with TensorFlow.js, ArcFace crop, judge."""
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 import torch
+from conftest import recognizer_graph_or_skip
 
 from zoo.nn import faceres as FR
 from zoo.nn import mobileface as MF
-
-
-def _source_or_skip() -> Path:
-    try:
-        graph, _ = MF._source_files()
-    except FR.MissingRecognizerError as err:
-        pytest.skip(str(err))
-    return graph
 
 
 def _arcface_faces(crops: np.ndarray) -> np.ndarray:
@@ -39,7 +30,7 @@ def test_converter_rejects_a_changed_graph(change):
     from zoo.convert import ConversionError
     from zoo.convert.tfjs_graph import read_tfjs_graph
 
-    graph = read_tfjs_graph(_source_or_skip())
+    graph = read_tfjs_graph(recognizer_graph_or_skip(MF))
     if change == "stride":
         graph.nodes["depthwise_3"].attrs["strides"] = [1, 1, 1, 1]
     elif change == "normalisation":
@@ -52,7 +43,7 @@ def test_converter_rejects_a_changed_graph(change):
 
 def test_network_gives_one_256_d_descriptor_per_face():
     """256-d descriptors, finite, one per face, and a face's descriptor does not depend on its batch."""
-    _source_or_skip()
+    recognizer_graph_or_skip(MF)
     net = MF.load_mobileface()
     x = MF.mobileface_input(np.random.default_rng(0).integers(0, 256, (4, 112, 112, 3), dtype=np.uint8))
     with torch.no_grad():
@@ -65,7 +56,7 @@ def test_network_gives_one_256_d_descriptor_per_face():
 @pytest.mark.slow  # node + TensorFlow.js
 def test_parity_with_tensorflow_js(faces8, tfjs_reference):
     """Our network against TensorFlow.js running the package's own graph: descriptor cosine >= 0.9999 on 8 faces."""
-    graph_file = _source_or_skip()
+    graph_file = recognizer_graph_or_skip(MF)
     x = MF.mobileface_input(_arcface_faces(faces8))
     ref = tfjs_reference(graph_file, x, "batchnorm0/add_1")
     assert ref.shape == (8, 256)
@@ -80,7 +71,7 @@ def test_judge_separates_people_and_keeps_a_person(faces8):
     """Same face mirrored: above the calibrated threshold; the tuning photo's 6 people: below it."""
     from zoo.judges import get_judge
 
-    _source_or_skip()
+    recognizer_graph_or_skip(MF)
     j = get_judge("mobileface")
     e = j.embed_aligned(faces8[:6])
     em = j.embed_aligned(np.ascontiguousarray(faces8[:6, :, ::-1]))
@@ -100,7 +91,7 @@ def test_photo_and_crop_embeddings_agree():
     from zoo.imageio import load_image
     from zoo.judges import get_judge
 
-    _source_or_skip()
+    recognizer_graph_or_skip(MF)
     rgb = load_image(example_images()["astronaut"])[0]
     faces = detect_faces(rgb)
     j = get_judge("mobileface")

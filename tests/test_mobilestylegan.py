@@ -119,6 +119,7 @@ def test_conversion_is_cached_with_the_source_hash(generator):
 
 
 @needs_wheel
+@pytest.mark.slow
 def test_w_and_broadcast_wplus_draw_the_same_face(generator):
     with torch.no_grad():
         w = generator.style(_z(7), psi=0.7)
@@ -165,6 +166,7 @@ def test_trained_heads_match_the_downsampled_1024_output(generator):
 
 
 @needs_wheel
+@pytest.mark.slow
 def test_256_px_image_is_the_512_px_image_area_downsampled(generator):
     with torch.no_grad():
         w = generator.style(_z(11), psi=0.7)
@@ -245,6 +247,7 @@ def test_refinement_lowers_the_reconstruction_loss(generator):
 
 
 @needs_wheel
+@pytest.mark.slow
 def test_a_cpu_draws_a_batch_face_by_face_with_the_same_images(generator, monkeypatch):
     """On a CPU the synthesis splits a batch into :data:`CPU_CHUNK` faces at a time (faster there); the images, and an
     inversion's fit, are the same as drawing the whole batch at once, and each face's fit is its own."""
@@ -330,6 +333,7 @@ def test_pose_correction_turns_the_start_toward_the_target_head(generator):
 
 
 @needs_wheel
+@pytest.mark.slow
 def test_pose_correction_turns_pitch_only_when_asked(generator):
     from zoo.inversion import POSE_SLOTS, _pose_direction, pose_corrected
 
@@ -407,6 +411,7 @@ def test_inversion_turns_the_encoders_code_before_the_refinement_steps(monkeypat
 
 
 @needs_wheel
+@pytest.mark.slow
 def test_reconstruct_writes_every_face_of_a_packaged_photo(tmp_path, astronaut_rgb):
     import json
 

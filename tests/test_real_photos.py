@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from benchmarks import real_photos as RP
@@ -40,6 +41,20 @@ def test_installed_package_photos_resolve():
     if path is None:
         pytest.skip("insightface not installed")
     assert path.is_file() and path.name == "t1.jpg"
+
+
+def test_photos_reads_only_the_names_asked_for(monkeypatch):
+    """``photos(names)`` reads those photos alone; ``crowd`` comes from t1 without t1 itself being returned."""
+    if RP.photo_path("t1") is None or RP.photo_path("astronaut") is None:
+        pytest.skip("insightface or scikit-image not installed")
+    read = []
+    real_read = RP.read_image
+    monkeypatch.setattr(RP, "read_image", lambda path: read.append(path) or real_read(path))
+    got = RP.photos(["crowd", "astronaut"])
+    assert sorted(got) == ["astronaut", "crowd"]
+    assert sorted(p.name for p in read) == sorted([RP.photo_path("t1").name, RP.photo_path("astronaut").name])
+    rgb, boxes = got["crowd"]
+    assert rgb.dtype == np.uint8 and boxes.shape[1] == 4 and len(boxes) > 0
 
 
 def test_an_archive_whose_hash_differs_is_refused_and_not_kept(tmp_path, monkeypatch):

@@ -192,6 +192,7 @@ def test_demo_method_on_wplus_runs_on_faces_and_carries_the_identity_code(person
     assert (rec - recon).abs().amax() < 1e-3 < (y - recon).abs().mean()
 
 
+@pytest.mark.slow
 def test_code_norm_draws_every_face_at_one_norm_and_the_carried_code_still_gives_the_input_back(personal_wplus, monkeypatch):
     """``wplus.code_norm`` R: the anonymized face is drawn with its identity code at norm R whatever the input's; the
     carrier holds the keyed code at the input's norm, so the right key gives the input back exactly; a re-inverted
@@ -283,6 +284,7 @@ def test_a_code_from_a_version_5_block_is_recovered_with_its_own_deviation_slots
     assert (as_v6 - original).abs().mean() > 0.02
 
 
+@pytest.mark.slow
 def test_a_code_from_a_version_7_block_is_recovered_without_the_coarse_edit(personal_wplus):
     """Blocks of zoo.carrier version <= 7 hold codes drawn with slots 0-1 as they were: recovery leaves those slots
     alone; a current block's code (slots 0-1 edited) comes back exactly with the current recovery."""
