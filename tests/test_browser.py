@@ -178,12 +178,16 @@ def test_anonymize_example_in_the_browser(browser, tmp_path):
     from zoo.keys import Secret
 
     b = browser
-    clicked = b.js(
-        "(() => { const col = document.querySelector('#anon_photo').parentElement;"
-        " const btn = Array.from(col.querySelectorAll('button.gallery-item'))"
-        "   .find(x => x.querySelector('img') && /t1\\.jpg|astronaut/.test(x.querySelector('img').src));"
-        " if (!btn) return null; btn.click(); return btn.querySelector('img').src; })()"
+    example_button = (
+        "Array.from(document.querySelector('#anon_photo').parentElement.querySelectorAll('button.gallery-item'))"
+        "   .find(x => x.querySelector('img') && /t1\\.jpg|astronaut/.test(x.querySelector('img').src))"
     )
+    # the examples' gallery can render after the upload field the page-ready check waits for
+    try:
+        b.wait_for(f"!!{example_button}", timeout=30)
+    except TimeoutError:
+        pass
+    clicked = b.js(f"(() => {{ const btn = {example_button}; if (!btn) return null; btn.click(); return btn.querySelector('img').src; }})()")
     assert clicked, "no bundled example photo in the Anonymize tab"
     b.wait_for("!!document.querySelector('#anon_photo img')")
     checked = b.js("Array.from(document.querySelectorAll('input[type=checkbox]:checked')).map(c => c.closest('label').innerText.trim())")
