@@ -40,8 +40,7 @@ import cv2
 import numpy as np
 
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
-from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import add_control_option, command_line, method_controls, rows_not_run, write_results
+from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, rows_not_run, write_results
 from zoo.compositing import BLEND_MODES, delta_e, laplacian_variance, mean_lab
 from zoo.detectors import DetectedFace
 from zoo.face3d.landmarks import angle_difference, head_pose, predict_landmarks68

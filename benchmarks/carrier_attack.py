@@ -32,8 +32,7 @@ import numpy as np
 
 from benchmarks.appearance import DlibEye, OriginalFace, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
-from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, rows_not_run, write_results
+from benchmarks.report import command_line, rate, rate_text, rows_not_run, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "carrier_attack"
 KEY = "carrier-attack"

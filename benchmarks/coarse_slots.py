@@ -89,7 +89,7 @@ def measure(method_name: str, crops: np.ndarray, code: torch.Tensor, keys: int) 
 
 
 def _rate(flags: list) -> str:
-    from benchmarks.reconstruct_real import rate, rate_text
+    from benchmarks.report import rate, rate_text
 
     return rate_text(rate(int(sum(flags)), len(flags)))
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "encoder_generated"
 SEED_OFFSET = 3_000_000
@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
         for s, r in per.items():
             sp = r["same_person"]
             lines.append(
-                f"| {start_name} | {s} | {sp['k']}/{sp['n']} [{sp['95ci'][0]:.2f}, {sp['95ci'][1]:.2f}] | {r['psnr_face_db_median']:.1f} | "
+                f"| {start_name} | {s} | {rate_text(sp, 2)} | {r['psnr_face_db_median']:.1f} | "
                 f"{r['sface_cosine_median']:.3f} | {r['seconds_per_face_median']:.2f} |"
             )
     write_results(a.out, result, lines)

@@ -22,8 +22,7 @@ import numpy as np
 
 from benchmarks.appearance import DlibEye, OriginalFace
 from benchmarks.real_photos import FIXTURE, REAL_PHOTOS, packaged_photos
-from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, rate, rate_text, write_results
 from zoo.compositing import SMALL_FACE_EYE_DISTANCE
 
 OUT = Path(__file__).resolve().parent / "results" / "judge_floor_real"

@@ -30,8 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks import real_photos as RP
-from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, rate, rate_text, write_results
 from zoo.judges import FACERES_THRESHOLD
 from zoo.nn.sface import COSINE_THRESHOLD as SFACE_THRESHOLD
 

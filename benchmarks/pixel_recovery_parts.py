@@ -27,8 +27,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from benchmarks.reconstruct_real import packaged_faces, rate
-from benchmarks.report import command_line, write_results
+from benchmarks.reconstruct_real import packaged_faces
+from benchmarks.report import command_line, rate, rate_text, write_results
 from zoo import load
 from zoo.imageio import from_tensor, to_tensor
 from zoo.judges import get_judge
@@ -140,10 +140,7 @@ def _markdown(result: dict) -> list[str]:
         for part, cell in row.items():
             if isinstance(cell, dict):
                 s, f = cell["sface_same"], cell["faceres_same"]
-                lines.append(
-                    f"| {name} | {part} | {cell['sface_distance_median']} | {s['k']}/{s['n']} [{s['95ci'][0]:.2f}, {s['95ci'][1]:.2f}] "
-                    f"| {f['k']}/{f['n']} [{f['95ci'][0]:.2f}, {f['95ci'][1]:.2f}] |"
-                )
+                lines.append(f"| {name} | {part} | {cell['sface_distance_median']} | {rate_text(s, 2)} | {rate_text(f, 2)} |")
     return lines
 
 

@@ -24,8 +24,7 @@ import cv2
 import numpy as np
 
 from benchmarks.real_photos import labelled_faces, read_image
-from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "recognizer_pairs"
 

@@ -40,8 +40,7 @@ import numpy as np
 import torch
 
 from benchmarks.real_photos import packaged_photos, person_of
-from benchmarks.report import command_line, write_results
-from training.evaluate import wilson_interval
+from benchmarks.report import command_line, rate, rate_text, write_results
 from zoo.alignment import align_face, ffhq_template
 from zoo.detection import detect_faces
 from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
@@ -73,17 +72,6 @@ def aligned_landmarks(crop: np.ndarray, template: np.ndarray) -> np.ndarray | No
 def _median(values) -> float | None:
     kept = [v for v in values if v is not None and np.isfinite(v)]
     return round(float(np.median(kept)), 2) if kept else None
-
-
-def rate(k: int, n: int) -> dict:
-    """k of n with its 95% Wilson interval, as the results files write it."""
-    lo, hi = wilson_interval(k, n)
-    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "95ci": [round(lo, 3), round(hi, 3)]}
-
-
-def rate_text(r: dict) -> str:
-    """A :func:`rate` as the results tables write it: ``k/n [lo, hi]``."""
-    return f"{r['k']}/{r['n']} {r['95ci']}"
 
 
 def fidelity_curve(

@@ -56,3 +56,18 @@ def rows_not_run(before_methods: dict, rows_key: str, methods_run, photos_run) -
     holding face rows under ``rows_key``), each method's rows that this run does not redo: all of them for a method
     not in ``methods_run``, else those of photos not in ``photos_run``."""
     return {m: [r for r in per[rows_key] if m not in methods_run or r["photo"] not in photos_run] for m, per in before_methods.items()}
+
+
+def rate(k: int, n: int) -> dict:
+    """k of n with its 95% Wilson interval, as the results files write it."""
+    from training.evaluate import wilson_interval
+
+    lo, hi = wilson_interval(k, n)
+    return {"k": k, "n": n, "rate": round(k / n, 3) if n else None, "95ci": [round(lo, 3), round(hi, 3)]}
+
+
+def rate_text(r: dict, digits: int | None = None) -> str:
+    """A :func:`rate` as the results tables write it: ``k/n [lo, hi]``, the interval's ends as stored or, with
+    ``digits``, to that many decimal places."""
+    interval = r["95ci"] if digits is None else f"[{r['95ci'][0]:.{digits}f}, {r['95ci'][1]:.{digits}f}]"
+    return f"{r['k']}/{r['n']} {interval}"

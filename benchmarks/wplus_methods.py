@@ -39,8 +39,8 @@ import cv2
 import numpy as np
 import torch
 
-from benchmarks.reconstruct_real import aligned_landmarks, packaged_faces, rate
-from benchmarks.report import command_line, write_results
+from benchmarks.reconstruct_real import aligned_landmarks, packaged_faces
+from benchmarks.report import command_line, rate, rate_text, write_results
 from zoo import load
 from zoo.alignment import ffhq_template
 from zoo.carrier import quantize_code
@@ -54,7 +54,7 @@ METHODS = ("dbaf", "hford", "ifadit", "personal")
 
 
 def _rate(flags) -> dict:
-    """:func:`benchmarks.reconstruct_real.rate` of a sequence of yes/no outcomes."""
+    """:func:`benchmarks.report.rate` of a sequence of yes/no outcomes."""
     flags = [bool(f) for f in flags]
     return rate(sum(flags), len(flags))
 
@@ -243,7 +243,7 @@ def _markdown(result: dict, args) -> list[str]:
     """The results file's tables: privacy, recovery, what stays."""
 
     def cell(r: dict) -> str:
-        return f"{r['k']}/{r['n']} [{r['95ci'][0]:.2f}, {r['95ci'][1]:.2f}]"
+        return rate_text(r, 2)
 
     lines = [
         "# The reversible methods on the FFHQ-grade backbone (W+ identity code)",

@@ -41,8 +41,7 @@ import numpy as np
 
 from benchmarks.appearance import DlibEye, OriginalFace, box_iou, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
-from benchmarks.reconstruct_real import rate, rate_text
-from benchmarks.report import add_control_option, command_line, method_controls, write_results
+from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "wrong_keys"
 KEY = "wrong-keys"

@@ -136,6 +136,18 @@ def test_method_inversion_settings_and_summary():
     assert "anonymized_dlib_same" not in summarise(rows, [6.0], dlib_thr=None)
 
 
+def test_rate_and_its_text_as_the_results_files_write_them():
+    from benchmarks.report import rate, rate_text
+
+    r = rate(3, 10)
+    assert (r["k"], r["n"], r["rate"]) == (3, 10, 0.3)
+    lo, hi = r["95ci"]
+    assert 0.05 < lo < 0.3 < hi < 0.65  # a Wilson interval around 0.3, not 0.3 +- a normal half-width
+    assert rate_text(r) == f"3/10 [{lo}, {hi}]"
+    assert rate_text(r, 2) == f"3/10 [{lo:.2f}, {hi:.2f}]"
+    assert rate(0, 0)["rate"] is None
+
+
 def test_benchmarks_take_method_controls_as_the_cli_does():
     import argparse
 
