@@ -33,6 +33,7 @@ import numpy as np
 from benchmarks.appearance import DlibEye, OriginalFace, record_at
 from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
 from benchmarks.report import command_line, rate, rate_text, rows_not_run, write_results
+from zoo.methods.fit_controls import FACE_FIT_CONTROL, REFINE_CONTROL
 
 OUT = Path(__file__).resolve().parent / "results" / "carrier_attack"
 KEY = "carrier-attack"
@@ -45,7 +46,9 @@ def drawing_the_anonymized_code(method) -> Iterator[None]:
     """Within: ``method.recover`` draws each face's carried anonymized code as it is, without the keyed inverse (what
     an unsealed block gives anyone)."""
 
-    def draw(y, keys, refine_steps=20, carried=None, identity_refine=None, identity_check=None, face_fit=0.0, **controls):
+    def draw(
+        y, keys, refine_steps=REFINE_CONTROL.default, carried=None, identity_refine=None, identity_check=None, face_fit=FACE_FIT_CONTROL.default, **controls
+    ):
         code, _ = method.anonymized_codes(y, carried, method.inversion_fit(refine_steps, identity_refine, identity_check, face_fit))
         return method.decode(code)
 

@@ -53,7 +53,7 @@ from zoo import registry  # noqa: E402
 from zoo.keys import Secret  # noqa: E402
 from zoo.methods.base import Control, DeidMethod  # noqa: E402
 
-TIMEOUT = 300  # seconds per app call: the slow tests run every method (privacy guard with two recognizers and the wrong-key check) on 2 shared cores
+TIMEOUT = 600  # seconds per app call: the slow tests run every method at its defaults (a 40-step fit per face, the privacy guard with its recognizers and wrong-key check) on 2 shared cores
 KEY = "correct horse battery staple"
 TEST_METHODS = ("shift", "needs_weights", "toy", "slow")
 

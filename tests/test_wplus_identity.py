@@ -429,14 +429,14 @@ def test_the_wplus_space_takes_its_pose_angles_from_the_config_and_the_face_term
 
 
 def test_the_face_fit_control_reaches_the_inversion_and_keys_the_code_cache(monkeypatch):
-    """``face_fit`` (a W+ method's control, default 0) is the face-region weight of the original face's fit; faces fitted
+    """``face_fit`` (a W+ method's control, default 3) is the face-region weight of the original face's fit; faces fitted
     with another weight are not taken from the call's code cache."""
     import zoo
     from zoo.methods.fit_controls import InversionFit
     from zoo.methods.latent_demo import FACE_FIT_CONTROL, FIT_CONTROLS, LatentDemoMethod
     from zoo.methods.wplus_latents import WPlusLatents
 
-    assert FACE_FIT_CONTROL in FIT_CONTROLS and FACE_FIT_CONTROL.default == 0.0
+    assert FACE_FIT_CONTROL in FIT_CONTROLS and FACE_FIT_CONTROL.default == 3.0
     method = zoo.load("dbaf").use_latent_space("wplus")
     assert "face_fit" in {c.name for c in method.controls}
     weights = []
@@ -454,8 +454,10 @@ def test_the_face_fit_control_reaches_the_inversion_and_keys_the_code_cache(monk
         method.encode_cached(x, InversionFit(2))  # another fit: inverted again
     assert weights == [3.0, 0.0]
     assert LatentDemoMethod._code_rows(x, InversionFit(2, face_fit=3.0)) != LatentDemoMethod._code_rows(x, InversionFit(2))
+    dcgan = zoo.load("dbaf").use_latent_space("dcgan")
+    dcgan.encode(torch.zeros(1, 3, 64, 64), InversionFit(face_fit=FACE_FIT_CONTROL.default))  # the default passes (no face term there)
     with pytest.raises(ValueError, match="W\\+ tier only"):
-        zoo.load("dbaf").use_latent_space("dcgan").encode(torch.zeros(1, 3, 64, 64), InversionFit(face_fit=3.0))
+        dcgan.encode(torch.zeros(1, 3, 64, 64), InversionFit(face_fit=5.0))
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

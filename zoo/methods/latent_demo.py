@@ -152,8 +152,7 @@ class LatentDemoMethod(NeuralMethod):
         if self.latent_space != "wplus":
             return None
         if "_wplus" not in self.__dict__:
-            settings = self.config.get("wplus") or {}
-            self._wplus = WPlusLatents(settings.get("pose_angles"))
+            self._wplus = WPlusLatents((self.config.get("wplus") or {}).get("pose_angles"))
         return self._wplus
 
     def identity_code(self, code: torch.Tensor) -> torch.Tensor:
@@ -188,7 +187,7 @@ class LatentDemoMethod(NeuralMethod):
             raise ValueError(f"{self.name} (demo) works on {self.resolution} px crops, got {tuple(x.shape)}")
         if self.wplus is not None:
             return self.wplus.encode(x, fit.refine_steps, fit.identity_weight, fit.face_fit)
-        if fit.face_fit > 0:
+        if fit.face_fit not in (0.0, FACE_FIT_CONTROL.default):  # the default is the W+ tier's; the DCGAN has no face term
             raise ValueError(f"face_fit works on the W+ tier only ({self.name} runs on the 64 px DCGAN here)")
         generator = self.components["generator"]
         z = invert(generator, self.components["encoder"], x, fit.refine_steps)
@@ -200,9 +199,8 @@ class LatentDemoMethod(NeuralMethod):
         far = torch.ones(x.shape[0], dtype=torch.bool, device=x.device) if check >= 1 else self.identity_fit(x, z) < check
         if far.any():
             z = z.clone()
-            # from the encoder's code again: continuing from the pixel fit left real faces further away
-            # (benchmarks/photo_recovery.py, dbaf, 7 faces, 1 key: recovery closer 5/7 and mean dlib
-            # distance 0.655 continuing, 7/7 and 0.593 from the encoder's code)
+            # from the encoder's code again: continuing from the pixel fit left real faces further away (benchmarks/photo_recovery.py,
+            # dbaf, 7 faces, 1 key: recovery closer 5/7 and mean dlib distance 0.655 continuing, 7/7 and 0.593 from the encoder's code)
             z[far] = invert(
                 generator, self.components["encoder"], x[far], self.identity_steps, identity=load_sface(x.device).embed_aligned, identity_weight=weight
             )
@@ -318,10 +316,10 @@ class LatentDemoMethod(NeuralMethod):
         self,
         x: torch.Tensor,
         keys: Sequence[KeyMaterial],
-        refine_steps: int = 20,
+        refine_steps: int = REFINE_CONTROL.default,
         identity_refine: float | None = None,
         identity_check: float | None = None,
-        face_fit: float = 0.0,
+        face_fit: float = FACE_FIT_CONTROL.default,
         **controls: Any,
     ):
         """(X_anon ``[N,3,R,R]``, carried): the faces and what the carrier writes into each (:mod:`zoo.carrier`):
@@ -392,10 +390,10 @@ class LatentDemoMethod(NeuralMethod):
         self,
         x: torch.Tensor,
         keys: Sequence[KeyMaterial],
-        refine_steps: int = 20,
+        refine_steps: int = REFINE_CONTROL.default,
         identity_refine: float | None = None,
         identity_check: float | None = None,
-        face_fit: float = 0.0,
+        face_fit: float = FACE_FIT_CONTROL.default,
         **controls: Any,
     ) -> torch.Tensor:
         return self.anonymize_faces_carrying(x, keys, refine_steps, identity_refine, identity_check, face_fit, **controls)[0]
@@ -439,11 +437,11 @@ class LatentDemoMethod(NeuralMethod):
         self,
         y: torch.Tensor,
         keys: Sequence[KeyMaterial],
-        refine_steps: int = 20,
+        refine_steps: int = REFINE_CONTROL.default,
         carried: Sequence[Any] | None = None,
         identity_refine: float | None = None,
         identity_check: float | None = None,
-        face_fit: float = 0.0,
+        face_fit: float = FACE_FIT_CONTROL.default,
         **controls: Any,
     ) -> torch.Tensor:
         self._check_keys(y, keys)
@@ -459,7 +457,12 @@ class LatentDemoMethod(NeuralMethod):
         return self.decode(torch.cat(faces) if faces else self.with_identity(code, u, keys, True))
 
     def reconstruct_faces(
-        self, x: torch.Tensor, refine_steps: int = 20, identity_refine: float | None = None, identity_check: float | None = None, face_fit: float = 0.0
+        self,
+        x: torch.Tensor,
+        refine_steps: int = REFINE_CONTROL.default,
+        identity_refine: float | None = None,
+        identity_check: float | None = None,
+        face_fit: float = FACE_FIT_CONTROL.default,
     ) -> torch.Tensor:
         """G(invert(X)): the backbone alone, identity unchanged (the evaluator's reference row)."""
         return self.decode(self.encode(x, self.inversion_fit(refine_steps, identity_refine, identity_check, face_fit)))

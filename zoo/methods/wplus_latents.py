@@ -26,7 +26,7 @@ class WPlusLatents:
     ``steps`` Adam steps (with SFace's identity term at ``identity_weight``) from it turned to the head's pose
     (:func:`~zoo.inversion.invert_wplus`; ``pose_angles``: which angles, method config ``wplus.pose_angles``;
     ``face_weight``: the face-region term of :func:`~zoo.inversion.reconstruction_loss`, the methods' control
-    ``face_fit``, 0 by default).
+    ``face_fit``, 3 by default).
     """
 
     resolution = 256
