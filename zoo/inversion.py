@@ -64,7 +64,7 @@ DEFAULT_IDENTITY_WEIGHT = 1.0
 #: dB, face-mesh distance 4.25 / 4.62 / 3.91 / 4.42 / 6.59 / 5.13 px, FaceRes cosine to the original (the guard's
 #: recognizer, in no loss) 0.771 / 0.795 / 0.807 / 0.792 / 0.770 / 0.773. (1, 3) is the best on all three; the whole
 #: 256 px crop loses 0.8 dB (22.8 -> 22.0), but ``zoo reconstruct`` pastes back only the face region this term weighs.
-#: The W+ methods fit with it too by default (their ``face_fit`` control, 3, with ``refine_steps`` 40).
+#: It and :data:`DEFAULT_STEPS` are also the W+ methods' fit defaults (``face_fit``, ``refine_steps``: ``zoo.methods.fit_controls``).
 DEFAULT_FACE_WEIGHT = 3.0
 DEFAULT_LR = 0.04
 #: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them

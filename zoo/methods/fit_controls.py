@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..inversion import DEFAULT_FACE_WEIGHT, DEFAULT_STEPS
 from .base import Control
 
 __all__ = ["REFINE_CONTROL", "IDENTITY_REFINE_CONTROL", "IDENTITY_CHECK_CONTROL", "FACE_FIT_CONTROL", "FIT_CONTROLS", "InversionFit", "ENCODER_ONLY"]
 
 REFINE_CONTROL = Control(
-    "refine_steps", "int", 40, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
+    "refine_steps", "int", DEFAULT_STEPS, 0, 1000, "latent refinement steps when re-encoding a face (0 = inversion encoder alone; more = closer fit, slower)"
 )
 #: The identity-aware pass (zoo.nn.dcgan.refine_latent with SFace's identity term). After the
 #: ``refine_steps`` pixel steps, a face whose reconstruction SFace puts below ``identity_check`` cosine to
@@ -36,16 +37,17 @@ IDENTITY_CHECK_CONTROL = Control(
     "SFace cosine between face and pixel fit below which the identity-aware refinement runs (0 = never, 1 = every face)",
 )
 #: The face-region term of the W+ refinement (:func:`zoo.inversion.reconstruction_loss`: the pixel loss again inside
-#: the face, brows to chin, at this weight), the default with ``refine_steps=40`` (``zoo reconstruct``'s fit). Without it
+#: the face, brows to chin, at this weight). Its default and ``refine_steps``'s are ``zoo reconstruct``'s fit (40:3). Without it
 #: (``face_fit=0``, 20 steps) the identity term can pull the fit to a face SFace matches that is not a face (a melted
 #: nose, doubled eyes), and the right key gives that back. On the 42 tuning faces (``benchmarks/method_inversion.py``,
 #: ``benchmarks/results/method_inversion_tuning_all_faces.md``) 40:3 against 20:0 gives back 2-4 more faces within the
 #: guard's lines and 2.2-3.1 dB more face-box PSNR for about 1.7x the time per face; on the held-out photos x 7
-#: transforms the guard blurs as many faces (``benchmarks/results/fail_closed_fit_40_3.md``). W+ tier only.
+#: transforms dlib matches 6 of 304 face runs at both and the guard blurs 44 against 41
+#: (``benchmarks/results/fail_closed_fit_40_3.md``). W+ tier only.
 FACE_FIT_CONTROL = Control(
     "face_fit",
     "float",
-    3.0,
+    DEFAULT_FACE_WEIGHT,
     0.0,
     10.0,
     "weight of the face-region term in the refinement (W+ only; 0 = whole crop only, faster with fewer refine_steps but can draw a non-face)",
