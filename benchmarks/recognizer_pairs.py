@@ -2,11 +2,13 @@
 
     python -m benchmarks.recognizer_pairs                    # -> results/recognizer_pairs.{json,md}
     python -m benchmarks.recognizer_pairs --face-px 40 --out benchmarks/results/recognizer_pairs_40px
+    python -m benchmarks.recognizer_pairs --gray --out benchmarks/results/recognizer_pairs_gray
 
 Labelled faces: :data:`benchmarks.real_photos.LABELLED_FACES` (dlib 19.5.0's example "johns": 5 people, 11 different
 photographs each, 150 px chips; fetched by ``python -m benchmarks.real_photos --fetch``). Each chip is padded by
 reflection, its face found by the zoo's detector (with ``--face-px``, the padded chip is then area-downscaled so
-that the face's box is that wide: a small face in a group photo), and embedded by SFace, FaceRes and MobileFace at its place,
+that the face's box is that wide: a small face in a group photo; with ``--gray`` every chip is made grey first, as
+a black-and-white photo holds it), and embedded by SFace, FaceRes and MobileFace at its place,
 as the guard measures a face in a photo (:meth:`zoo.guard.PrivacyGuard.photo_embeddings`). Same-person pairs: two photographs of one person (5 x 55); different-person
 pairs: photographs of two people (10 x 121). For each recognizer, at the guard's blur floor and re-key target
 (:mod:`zoo.guard`), the share of same-person pairs it calls the same person (its recall: what the guard can catch)
@@ -29,16 +31,19 @@ from benchmarks.report import command_line, rate, rate_text, write_results
 OUT = Path(__file__).resolve().parent / "results" / "recognizer_pairs"
 
 
-def chip_faces(paths: list[Path], face_px: int | None = None) -> tuple[list[tuple[np.ndarray, object]], list[int]]:
+def chip_faces(paths: list[Path], face_px: int | None = None, gray: bool = False) -> tuple[list[tuple[np.ndarray, object]], list[int]]:
     """(padded chip uint8 [H,W,3], its detected face) for every chip the detector finds a face in, and their indices.
     ``face_px``: the chip area-downscaled so that the face's box is that many pixels wide (the face as a photo holds
-    it: a small face in a group photo), box and landmarks scaled with it."""
+    it: a small face in a group photo), box and landmarks scaled with it. ``gray``: the chip's luma in all three
+    channels (a black-and-white photo)."""
     from zoo.detection import detect_faces
     from zoo.detectors import DetectedFace
 
     found, kept = [], []
     for i, path in enumerate(paths):
         chip = read_image(path)
+        if gray:
+            chip = np.repeat(cv2.cvtColor(chip, cv2.COLOR_RGB2GRAY)[:, :, None], 3, axis=2)
         pad = chip.shape[0] // 2
         padded = cv2.copyMakeBorder(chip, pad, pad, pad, pad, cv2.BORDER_REFLECT_101)
         faces = detect_faces(padded)
@@ -65,6 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--face-px", type=int, default=None, help="measure each face area-downscaled to this box width (px)")
+    ap.add_argument("--gray", action="store_true", help="every chip made grey first (a black-and-white photo)")
     args = ap.parse_args(argv)
     from zoo.guard import guard_for
 
@@ -74,7 +80,7 @@ def main(argv: list[str] | None = None) -> int:
     guard = guard_for()
     embeddings, owner, missed = [], [], 0
     for person, paths in people.items():
-        found, kept = chip_faces(paths, args.face_px)
+        found, kept = chip_faces(paths, args.face_px, args.gray)
         missed += len(paths) - len(kept)
         embeddings.append(embeddings_at_place(guard, found))
         owner += [person] * len(kept)
@@ -111,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         "people": len(people),
         "faces": len(owner),
         "face_px": args.face_px,
+        "gray": bool(args.gray),
         "chips_without_a_face": missed,
         "rows": rows,
         "either_at_blur_floor": either_rates,
@@ -125,6 +132,7 @@ def main(argv: list[str] | None = None) -> int:
         "",
         f"{result['people']} people, {result['faces']} photographs ({missed} chips without a detected face), "
         + (f"each face area-downscaled to a {args.face_px} px box, " if args.face_px else "")
+        + ("every chip made grey, " if args.gray else "")
         + f'{int(same.sum())} same-person and {int((~same).sum())} different-person pairs (dlib 19.5.0\'s example "johns"). '
         "Called same = cosine distance below the line; k/n [95% Wilson interval].",
         "",
