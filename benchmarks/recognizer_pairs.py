@@ -3,6 +3,8 @@
     python -m benchmarks.recognizer_pairs                    # -> results/recognizer_pairs.{json,md}
     python -m benchmarks.recognizer_pairs --face-px 40 --out benchmarks/results/recognizer_pairs_40px
     python -m benchmarks.recognizer_pairs --gray --out benchmarks/results/recognizer_pairs_gray
+    python -m benchmarks.recognizer_pairs --landmarks retinaface --out benchmarks/results/recognizer_pairs_retinaface
+    python -m benchmarks.recognizer_pairs --landmarks both --out benchmarks/results/recognizer_pairs_two_alignments
 
 Labelled faces: :data:`benchmarks.real_photos.LABELLED_FACES` (dlib 19.5.0's example "johns": 5 people, 11 different
 photographs each, 150 px chips; fetched by ``python -m benchmarks.real_photos --fetch``). Each chip is padded by
@@ -10,7 +12,10 @@ reflection, its face found by the zoo's detector (with ``--face-px``, the padded
 that the face's box is that wide: a small face in a group photo; with ``--gray`` every chip is made grey first, as
 a black-and-white photo holds it), and embedded by SFace, FaceRes and MobileFace at its place,
 as the guard measures a face in a photo (:meth:`zoo.guard.PrivacyGuard.photo_embeddings`). Same-person pairs: two photographs of one person (5 x 55); different-person
-pairs: photographs of two people (10 x 121). For each recognizer, at the guard's blur floor and re-key target
+pairs: photographs of two people (10 x 121). ``--landmarks retinaface`` aligns every face by RetinaFace's 5 landmarks
+(found in the same padded chip) instead of the zoo detector's; ``--landmarks both`` takes, for each pair and
+recognizer, the nearer of the two alignments (each pair's two faces aligned by the same detector's landmarks): what a
+guard that measured at both would see. For each recognizer, at the guard's blur floor and re-key target
 (:mod:`zoo.guard`), the share of same-person pairs it calls the same person (its recall: what the guard can catch)
 and of different-person pairs it calls the same (false matches), with 95% Wilson intervals. No photograph here is
 used by any method, and these people are in no benchmark photo.
@@ -31,11 +36,13 @@ from benchmarks.report import command_line, rate, rate_text, write_results
 OUT = Path(__file__).resolve().parent / "results" / "recognizer_pairs"
 
 
-def chip_faces(paths: list[Path], face_px: int | None = None, gray: bool = False) -> tuple[list[tuple[np.ndarray, object]], list[int]]:
+def chip_faces(
+    paths: list[Path], face_px: int | None = None, gray: bool = False, detector: str | None = "auto"
+) -> tuple[list[tuple[np.ndarray, object]], list[int]]:
     """(padded chip uint8 [H,W,3], its detected face) for every chip the detector finds a face in, and their indices.
     ``face_px``: the chip area-downscaled so that the face's box is that many pixels wide (the face as a photo holds
     it: a small face in a group photo), box and landmarks scaled with it. ``gray``: the chip's luma in all three
-    channels (a black-and-white photo)."""
+    channels (a black-and-white photo). ``detector``: whose box and landmarks (:func:`zoo.detection.detect_faces`)."""
     from zoo.detection import detect_faces
     from zoo.detectors import DetectedFace
 
@@ -46,7 +53,7 @@ def chip_faces(paths: list[Path], face_px: int | None = None, gray: bool = False
             chip = np.repeat(cv2.cvtColor(chip, cv2.COLOR_RGB2GRAY)[:, :, None], 3, axis=2)
         pad = chip.shape[0] // 2
         padded = cv2.copyMakeBorder(chip, pad, pad, pad, pad, cv2.BORDER_REFLECT_101)
-        faces = detect_faces(padded)
+        faces = detect_faces(padded, detector)
         if not faces:
             continue
         centre = np.array(padded.shape[1::-1], float) / 2
@@ -71,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=OUT)
     ap.add_argument("--face-px", type=int, default=None, help="measure each face area-downscaled to this box width (px)")
     ap.add_argument("--gray", action="store_true", help="every chip made grey first (a black-and-white photo)")
+    ap.add_argument(
+        "--landmarks",
+        choices=("detector", "retinaface", "both"),
+        default="detector",
+        help="align by the zoo detector's landmarks, RetinaFace's, or the nearer of both",
+    )
     args = ap.parse_args(argv)
     from zoo.guard import guard_for
 
@@ -78,16 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     if not people:
         raise SystemExit("the labelled faces are not here: run python -m benchmarks.real_photos --fetch")
     guard = guard_for()
-    embeddings, owner, missed = [], [], 0
+    sources = {"detector": ("auto",), "retinaface": ("retinaface",), "both": ("auto", "retinaface")}[args.landmarks]
+    embeddings: list[list[np.ndarray]] = [[] for _ in sources]
+    owner, missed = [], 0
     for person, paths in people.items():
-        found, kept = chip_faces(paths, args.face_px, args.gray)
+        found = [chip_faces(paths, args.face_px, args.gray, detector) for detector in sources]
+        kept = sorted(set.intersection(*(set(k) for _, k in found)))  # chips every source finds a face in
         missed += len(paths) - len(kept)
-        embeddings.append(embeddings_at_place(guard, found))
+        for j, (faces, k) in enumerate(found):
+            embeddings[j].append(embeddings_at_place(guard, [faces[k.index(i)] for i in kept]))
         owner += [person] * len(kept)
-    emb = np.concatenate(embeddings)
     pairs = list(combinations(range(len(owner)), 2))
     a, b = np.array([p[0] for p in pairs]), np.array([p[1] for p in pairs])
-    d = guard.distances(emb[a], emb[b])
+    d = np.min([guard.distances(e[a], e[b]) for e in (np.concatenate(x) for x in embeddings)], axis=0)
     same = np.array([owner[i] == owner[j] for i, j in pairs])
     lines = {
         "sface": {"blur floor": guard.floor, "re-key target": guard.target},
@@ -118,6 +134,7 @@ def main(argv: list[str] | None = None) -> int:
         "faces": len(owner),
         "face_px": args.face_px,
         "gray": bool(args.gray),
+        "landmarks": args.landmarks,
         "chips_without_a_face": missed,
         "rows": rows,
         "either_at_blur_floor": either_rates,
@@ -133,6 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         f"{result['people']} people, {result['faces']} photographs ({missed} chips without a detected face), "
         + (f"each face area-downscaled to a {args.face_px} px box, " if args.face_px else "")
         + ("every chip made grey, " if args.gray else "")
+        + {"detector": "", "retinaface": "aligned by RetinaFace's landmarks, ", "both": "the nearer of the zoo detector's and RetinaFace's alignments, "}[
+            args.landmarks
+        ]
         + f'{int(same.sum())} same-person and {int((~same).sum())} different-person pairs (dlib 19.5.0\'s example "johns"). '
         "Called same = cosine distance below the line; k/n [95% Wilson interval].",
         "",

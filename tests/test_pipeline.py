@@ -42,6 +42,18 @@ def test_retinaface_detector_agrees_with_yunet(t1_rgb, t1_faces, monkeypatch):
         assert np.abs(a.landmarks[:2] - b.landmarks[:2]).max() < 10
 
 
+def test_find_again_gives_another_detectors_landmarks_for_the_same_face(t1_rgb, t1_faces):
+    pytest.importorskip("retinaface")
+    for face in t1_faces:
+        again = detection.find_again(t1_rgb, face, "retinaface")
+        assert again is not None and again.detector == "retinaface"
+        eyes = np.linalg.norm(face.landmarks[1] - face.landmarks[0])
+        assert np.linalg.norm(again.landmarks - face.landmarks, axis=1).max() < 0.6 * eyes  # the same face's points
+    x0, y0, x1, y1 = t1_faces[0].box
+    sky = detectors.DetectedFace([x0, 2.0, x1, 2.0 + (y1 - y0) / 4], t1_faces[0].landmarks, 1.0)  # a strip with no face
+    assert detection.find_again(t1_rgb, sky, "retinaface") is None
+
+
 def test_unknown_detector_is_a_clear_error(t1_rgb):
     with pytest.raises(ValueError, match="unknown face detector"):
         detection.detect_faces(t1_rgb, "nope")

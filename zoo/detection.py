@@ -292,6 +292,14 @@ def _with_large_faces(fn, img, min_score, scale, long_side, found: list[Detected
     return out
 
 
+def find_again(rgb: np.ndarray, face: DetectedFace, detector: str, min_score: float = 0.3, face_side: float = 160.0) -> DetectedFace | None:
+    """``face`` (``rgb``'s pixels, uint8 RGB ``[H,W,3]``) searched again by ``detector`` in a crop around it, upright
+    and enlarged so that the face is about ``face_side`` px wide: that detector's box and 5 landmarks for the same
+    face, or None where it finds none overlapping it."""
+    search, _ = DETECTORS[resolve_detector(detector)]
+    return _refine(search, rgb, face, min_score, max(1.0, face_side / max(face.width, 1.0)), turn=upright_turn(face.landmarks), keep=False)
+
+
 def _iou(a: np.ndarray, b: np.ndarray) -> float:
     inter = _intersection(a, b)
     union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
