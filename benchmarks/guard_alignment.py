@@ -29,23 +29,20 @@ from benchmarks.report import command_line, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "guard_alignment"
 KEY = "guard-alignment"
-#: face-mesh indices of each eye's contour (image-left eye first), the nose tip and the mouth corners
-MESH_EYES = (
-    (33, 7, 163, 144, 145, 153, 154, 155, 133, 173, 157, 158, 159, 160, 161, 246),
-    (362, 382, 381, 380, 374, 373, 390, 249, 263, 466, 388, 387, 386, 385, 384, 398),
-)
+#: face-mesh indices of the nose tip and the mouth corners (the eyes: zoo.compositing.FEATURE_POINTS' first two contours)
 MESH_NOSE, MESH_MOUTH = 1, (61, 291)
 ALIGNMENTS = ("retinaface", "mesh")
 
 
 def mesh_landmarks(rgb: np.ndarray, landmarks: np.ndarray) -> np.ndarray | None:
     """5 points ``[5,2]`` (photo pixels, the detectors' order) of the face mesh placed from ``landmarks``; None without a mesh."""
+    from zoo.compositing import FEATURE_POINTS
     from zoo.face_mesh import face_mesh
 
     points = face_mesh(rgb, landmarks)
     if points is None:
         return None
-    eyes = [points[list(eye)].mean(0) for eye in MESH_EYES]
+    eyes = [points[list(eye)].mean(0) for eye in FEATURE_POINTS[:2]]  # image-left eye, image-right eye
     return np.stack([*eyes, points[MESH_NOSE], *points[list(MESH_MOUTH)]])
 
 
@@ -130,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
         "| method | faces (kept) | alignment | shift median (max) | SFace change | FaceRes change | MobileFace change | kept faces below a blur floor there |",
         "|---|---|---|---|---|---|---|---|",
     ]
+    from zoo.guard import RECOGNIZERS
+
     for method_name, got in result["methods"].items():
         s = got["summary"]
         for name in ALIGNMENTS:
             a = s[name]
-            change = [" / ".join(f"{v:+.3f}" for v in a["change"].get(rec, [])) for rec in ("sface", "faceres", "mobileface")]
+            change = [" / ".join(f"{v:+.3f}" for v in a["change"].get(rec, [])) for rec in RECOGNIZERS]
             md.append(
                 f"| {method_name} | {s['faces']} ({s['kept']}) | {name} | {a['shift_median']} ({a['shift_max']}) | {' | '.join(change)} | "
                 f"{rate_text(a['kept_below_a_floor'])} {', '.join(a['below'])} |"

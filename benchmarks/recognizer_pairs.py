@@ -30,7 +30,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks.real_photos import labelled_faces, read_image
+from benchmarks.real_photos import labelled_faces, read_image, transformed
 from benchmarks.report import command_line, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "recognizer_pairs"
@@ -50,7 +50,7 @@ def chip_faces(
     for i, path in enumerate(paths):
         chip = read_image(path)
         if gray:
-            chip = np.repeat(cv2.cvtColor(chip, cv2.COLOR_RGB2GRAY)[:, :, None], 3, axis=2)
+            chip = transformed(chip, np.zeros((0, 4)), "gray")[0]  # as benchmarks.fail_closed's "gray" transform
         pad = chip.shape[0] // 2
         padded = cv2.copyMakeBorder(chip, pad, pad, pad, pad, cv2.BORDER_REFLECT_101)
         faces = detect_faces(padded, detector)
