@@ -328,3 +328,41 @@ def test_a_widened_region_keeps_the_skin_colour_of_face_and_surroundings(astrona
     assert band.sum() > 500
     for zone in (core, band):
         assert compositing.delta_e(compositing.mean_lab(out, zone), compositing.mean_lab(rgb, zone)) < 6
+
+
+def _skin_crop(size: int = 256) -> np.ndarray:
+    """An FFHQ-aligned stand-in: skin-coloured everywhere, with mild shading."""
+    crop = np.empty((size, size, 3), np.uint8)
+    crop[:] = (205, 160, 135)
+    shade = np.linspace(-12, 12, size, dtype=np.float32)[None, :, None]
+    return np.clip(crop + shade, 0, 255).astype(np.uint8)
+
+
+def _with_fringe(crop: np.ndarray, rows: tuple[float, float]) -> np.ndarray:
+    """``crop`` with dark hair over the given rows (fractions of the side) across the whole width."""
+    out = crop.copy()
+    size = crop.shape[0]
+    out[int(rows[0] * size) : int(rows[1] * size)] = (40, 30, 25)
+    return out
+
+
+@pytest.mark.parametrize("size", [64, 256])
+def test_forehead_hair_finds_a_fringe_drawn_over_a_bare_forehead(size):
+    (x0, x1), (y0, y1) = compositing.FOREHEAD_BAND
+    bare = _skin_crop(size)
+    assert compositing.forehead_hair(bare, bare) == 0.0
+    fringe = _with_fringe(bare, (0.0, y1))  # hair down to the brows: the whole band
+    assert compositing.forehead_hair(bare, fringe) == 1.0
+    half = _with_fringe(bare, (0.0, (y0 + y1) / 2))  # a fringe ending halfway down the band
+    assert 0.35 < compositing.forehead_hair(bare, half) < 0.65
+    # a fringe the original already has is no fault of the drawn face; nor is a drawn bare forehead
+    assert compositing.forehead_hair(fringe, fringe) == 0.0
+    assert compositing.forehead_hair(fringe, bare) == 0.0
+    # hair above the band (a hairline in its place) does not count
+    assert compositing.forehead_hair(bare, _with_fringe(bare, (0.0, y0 * 0.9))) == 0.0
+
+
+def test_forehead_hair_compares_at_the_original_size():
+    bare = _skin_crop(64)
+    fringe = _with_fringe(_skin_crop(256), (0.0, compositing.FOREHEAD_BAND[1][1]))
+    assert compositing.forehead_hair(bare, fringe) > 0.9

@@ -620,3 +620,82 @@ def test_the_fail_closed_blur_leaves_no_face_the_guard_recognizes(t1_rgb, t1_fac
     assert len(faces) >= 5
     assert (d_default > np.asarray(g.floors)[None] + 0.05).all(), d_default
     assert np.median(d_default, axis=0).min() > np.median(d_mild, axis=0).min() + 0.01
+
+
+class _VariantPipeline:
+    """What :func:`zoo.guard.protect` needs of a pipeline, for a keyless method whose key variant ``n`` draws
+    ``drawn[n]`` (one face)."""
+
+    def __init__(self, drawn):
+        self.drawn = drawn
+
+        class method:
+            guard_variants = len(drawn) - 1
+            guard_wrong_keys = 1
+            guard_wrong_key_check = False
+            reversible = False
+            uses_key = False
+
+            @staticmethod
+            def guard_variant(keys, controls, number):
+                return keys, {"variant": number}
+
+        self.method = method
+
+    def keys_for(self, operation, secret, indices):
+        return list(indices)
+
+    def process_isolated(self, operation, crops, keys, controls, latents=None):
+        return [self.drawn[controls["variant"]] for _ in crops], None, [None for _ in crops]
+
+
+def _protect_variants(drawn, distances_of):
+    """:func:`zoo.guard.protect` on one bare-forehead face whose variant ``n`` draws ``drawn[n]`` at distances
+    ``distances_of[n]``; returns (kept variant, its check, variants tried)."""
+    from zoo.guard import guard_for, protect
+
+    g = guard_for()
+    crop = np.full((64, 64, 3), (205, 160, 135), np.uint8)
+    by_face = {id(d): n for n, d in enumerate(drawn)}
+
+    def distances(candidate, which, reach=None):
+        return {i: distances_of[by_face[id(candidate[i])]] for i in which}
+
+    _, _, variants, checks = protect(_VariantPipeline(drawn), g, crop[None], [0], None, {}, [drawn[0]], [None], distances)
+    return variants[0], checks[0], checks[0].tried
+
+
+def _bare_and_fringed():
+    bare = np.full((64, 64, 3), (200, 158, 130), np.uint8)
+    fringed = bare.copy()
+    fringed[:24] = (40, 30, 25)  # hair down to the brows
+    return bare, fringed
+
+
+def test_guard_draws_a_fringed_face_again_and_keeps_one_without():
+    """A face that passes every recognizer but lays a fringe across the bare forehead is drawn again with the next
+    key variant; the variant without the fringe is kept and the report carries the measure."""
+    from zoo.compositing import FOREHEAD_HAIR_LIMIT
+    from zoo.guard import guard_for
+
+    g = guard_for()
+    far = (g.target + 0.1, g.faceres_target + 0.1, g.mobileface_target + 0.1)
+    bare, fringed = _bare_and_fringed()
+    variant, check, tried = _protect_variants([fringed, bare, bare], [far, far, far])
+    assert variant == 1 and tried == 2 and check.looks_right() and not check.blurred
+    assert check.as_dict()["forehead_hair"] <= FOREHEAD_HAIR_LIMIT
+    # without a fringe nothing more is drawn
+    variant, check, tried = _protect_variants([bare, fringed], [far, far])
+    assert variant == 0 and tried == 1
+
+
+def test_looks_never_outrank_privacy():
+    """Between a fringed face past every target and a bare one short of a target, the guard keeps the fringed one."""
+    from zoo.guard import guard_for
+
+    g = guard_for()
+    far = (g.target + 0.1, g.faceres_target + 0.1, g.mobileface_target + 0.1)
+    short = (g.floor + 0.01, g.faceres_target + 0.1, g.mobileface_target + 0.1)  # not recognized, but short of SFace's target
+    bare, fringed = _bare_and_fringed()
+    variant, check, tried = _protect_variants([fringed, bare], [far, short])
+    assert variant == 0 and tried == 2 and check.passes(g) and not check.looks_right()

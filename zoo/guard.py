@@ -18,7 +18,10 @@ The rule:
   (for each, the similarity that 10% of different-person pairs reach: :data:`FACERES_TARGET`);
 * else the face is anonymized again with the method's next *key variant* (:meth:`DeidMethod.guard_variant`: key
   material derived from the face's key, or a stronger level), up to ``DeidMethod.guard_variants`` times; the first
-  variant that passes is kept, else the best one (:meth:`GuardCheck.rank`). For a reversible keyed method a variant
+  variant that passes is kept, else the best one (:meth:`GuardCheck.rank`). A face that passes but whose drawn
+  face lays a fringe across a forehead the photo shows bare (:func:`zoo.compositing.forehead_hair`; the replaced
+  region ends at the hairline and would cut the fringe into a band) is drawn again the same way; among variants
+  that pass, one without it is kept, so looks never outrank privacy. For a reversible keyed method a variant
   passes only if its recovery with a stand-in wrong key is as far for every recognizer (a wrong key must not give
   the person back; that recovery is measured, never shown). The face kept is then recovered with more stand-in wrong
   keys (``DeidMethod.guard_wrong_keys`` in all), and the nearest recovery counts: one wrong key is one sample of
@@ -120,6 +123,9 @@ class GuardCheck:
     wrong_key_faceres_distance: float | None = None
     wrong_key_mobileface_distance: float | None = None
     wrong_keys_probed: int = 0
+    #: share of the forehead the drawn face covers with hair where the original shows skin
+    #: (:func:`zoo.compositing.forehead_hair`; a look check, not a privacy one)
+    forehead_hair: float = 0.0
 
     def face_distances(self) -> tuple[float, float, float]:
         """(SFace, FaceRes, MobileFace) distances of the anonymized face."""
@@ -182,10 +188,21 @@ class GuardCheck:
     def passes(self, guard: "PrivacyGuard") -> bool:
         return self.margin(guard) >= 0
 
-    def rank(self, guard: "PrivacyGuard") -> tuple[bool, bool, float]:
+    def looks_right(self) -> bool:
+        """Whether the drawn face leaves the forehead as the photo shows it (:data:`~zoo.compositing.FOREHEAD_HAIR_LIMIT`)."""
+        from .compositing import FOREHEAD_HAIR_LIMIT
+
+        return self.forehead_hair <= FOREHEAD_HAIR_LIMIT
+
+    def done(self, guard: "PrivacyGuard") -> bool:
+        """No more key variants needed: the face :meth:`passes` and :meth:`looks_right`."""
+        return self.passes(guard) and self.looks_right()
+
+    def rank(self, guard: "PrivacyGuard") -> tuple[bool, bool, bool, bool, float]:
         """Order of preference between key variants: an anonymized face no recognizer matches first (the other
-        would be blurred), then a wrong-key recovery none matches, then the larger :meth:`margin`."""
-        return (not self.face_recognized(guard), not self.wrong_key_recognized(guard), self.margin(guard))
+        would be blurred), then a wrong-key recovery none matches, then one that :meth:`passes`, then one that
+        :meth:`looks_right`, then the larger :meth:`margin`. Looks never outrank privacy."""
+        return (not self.face_recognized(guard), not self.wrong_key_recognized(guard), self.passes(guard), self.looks_right(), self.margin(guard))
 
     def as_dict(self) -> dict:
         out = {
@@ -206,6 +223,7 @@ class GuardCheck:
                 out[name] = round(float(getattr(self, name)), 4)
         if self.wrong_keys_probed:
             out["wrong_keys_probed"] = int(self.wrong_keys_probed)
+        out["forehead_hair"] = round(float(self.forehead_hair), 3)
         return out
 
 
@@ -301,9 +319,9 @@ def protect(
     whatever the distance is taken on (aligned crops, or faces at their place in the composed photo).
 
     ``crops``: the aligned input faces, uint8 ``[N,S,S,3]``; ``outs`` / ``latents``: the method's first output (uint8
-    ``[S,S,3]`` or None) and carried code per face. Faces that do not pass (:meth:`GuardCheck.passes`) are anonymized
-    again with key variants 1..``n_variants`` (default ``pipeline.method.guard_variants``); the first to pass is kept, else the
-    best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred (their codes still ride:
+    ``[S,S,3]`` or None) and carried code per face. Faces not :meth:`GuardCheck.done` (not passing, or with a fringe
+    drawn across the forehead) are anonymized again with key variants 1..``n_variants`` (default
+    ``pipeline.method.guard_variants``); the first that is done is kept, else the best (:meth:`GuardCheck.rank`). Kept faces still recognized are marked to be blurred (their codes still ride:
     the carrier's key check refuses a wrong key). Before that, a face still recognized, or short of an independent
     recognizer's target (:meth:`GuardCheck.short_of_independent_targets`), is measured again at each compositing reach of ``reaches``
     in turn, every variant drawn for it (``distances(candidate, which, reach={face: reach})`` composes it so); a
@@ -312,12 +330,15 @@ def protect(
     face the first that is past the independent targets too; :attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
     face narrower than :data:`MIN_VERIFIED_FACE_PX` is measured once and marked to be blurred, with no key variant or
     wider region tried for it. Returns (outs, latents, variants, checks)."""
+    from .compositing import forehead_hair
+
     outs, latents = list(outs), list(latents)
     n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
     probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
 
     def checked(candidate: list, candidate_latents: list, which: list[int], number: int, reach: dict[int, float] | None = None) -> dict[int, GuardCheck]:
         dist = distances(candidate, which, reach)
+        hair = {i: forehead_hair(crops[i], candidate[i]) for i in dist}
         wrong = probe(candidate, candidate_latents, list(dist), number, 0, reach) if probe is not None else {}
         return {
             i: GuardCheck(
@@ -329,6 +350,7 @@ def protect(
                 wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
                 wrong_key_mobileface_distance=wrong[i][2] if i in wrong else None,
                 wrong_keys_probed=int(i in wrong),
+                forehead_hair=hair[i],
             )
             for i, d in dist.items()
         }
@@ -339,7 +361,7 @@ def protect(
     checks: list = [got.get(i) for i in range(len(outs))]
     variants = [0] * len(outs)
     drawn: dict[int, dict[int, tuple]] = {i: {0: (outs[i], latents[i])} for i in live}  # face -> variant -> (out, code)
-    failing = [i for i in live if i not in too_small and not checks[i].passes(guard)]
+    failing = [i for i in live if i not in too_small and not checks[i].done(guard)]
     for number in range(1, n_variants + 1):
         if not failing:
             break
@@ -356,7 +378,7 @@ def protect(
             if i in got and got[i].rank(guard) > checks[i].rank(guard):
                 outs[i], latents[i], variants[i], checks[i] = o[pos], lat[pos], number, got[i]
             checks[i].tried = tried
-        failing = [i for i in failing if not checks[i].passes(guard)]
+        failing = [i for i in failing if not checks[i].done(guard)]
     wrong_keys = int(pipeline.method.guard_wrong_keys)
 
     def probe_more(candidate: list, candidate_latents: list, found: dict[int, GuardCheck], reach: dict[int, float] | None = None) -> None:
