@@ -131,6 +131,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--methods", default="dbaf,ifadit")
     ap.add_argument("--photos", default=DEFAULT_PHOTOS, help="names from benchmarks.real_photos.REAL_PHOTOS")
     ap.add_argument("--sheet", default=None, help="a folder for side-by-side PNGs of the faces kept with a fringe")
+    ap.add_argument(
+        "--off-from",
+        default=None,
+        help="take the look-check-off rows and times from this earlier results JSON of the same photos (the off run does not depend on the look rule)",
+    )
     ap.add_argument("--add", action="store_true", help="keep the results file's rows of the methods and photos not run now")
     ap.add_argument("--out", default=None)
     add_control_option(ap)
@@ -146,6 +151,8 @@ def main(argv: list[str] | None = None) -> int:
     photos = [p for p in args.photos.split(",") if p]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds = {m: {run: 0.0 for run in RUNS} for m in methods}
+    earlier = json.loads(Path(args.off_from).read_text())["methods"] if args.off_from else {}
+    off_rows = {(m, r["photo"], r["face"]): r["off"] for m, per in earlier.items() for r in per["faces_rows"]}
     for name, split, rgb in packaged_photos(photos):
         boxes = eye.boxes(rgb)
         if not boxes:
@@ -155,16 +162,21 @@ def main(argv: list[str] | None = None) -> int:
         for method in methods:
             m = zoo.load(method)
             runs = {}
+            reuse = method in earlier and all((method, name, i) in off_rows for i in range(len(refs)))
             for run in RUNS:
+                if run == "off" and reuse:
+                    continue
                 result, secs = anonymized(m, rgb, run == "on", controls)
                 seconds[method][run] += secs
                 runs[run] = (result, np.asarray(result))
             for i, ref in enumerate(refs):
                 measured = {run: face_row(eye, ref, result, out, compositing.FOREHEAD_HAIR_LIMIT) for run, (result, out) in runs.items()}
+                if reuse:
+                    measured = {"off": off_rows[(method, name, i)], **measured}
                 row = {"photo": name, "split": split, "face": i, **measured}
                 rows[method].append(row)
                 print(method, name, i, row, flush=True)
-                if args.sheet and (measured["off"]["fringe"] or measured["on"]["fringe"]):
+                if args.sheet and "off" in runs and (measured["off"]["fringe"] or measured["on"]["fringe"]):
                     Path(args.sheet).mkdir(parents=True, exist_ok=True)
                     sheet = side_by_side(rgb, [runs["off"][1], runs["on"][1]], ref.box)
                     cv2.imwrite(str(Path(args.sheet) / f"{method}_{name}_{i}.png"), cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR))
@@ -178,6 +190,9 @@ def main(argv: list[str] | None = None) -> int:
                 for run in RUNS:
                     seconds.setdefault(m, {r: 0.0 for r in RUNS})[run] += before["methods"][m]["seconds_total"][run]
         command = before["command"] + " ; " + command
+    for m in methods:
+        if m in earlier:
+            seconds[m]["off"] += earlier[m]["seconds_total"]["off"]
     n_photos = {m: len({r["photo"] for r in rs}) or 1 for m, rs in rows.items()}
     result = {
         "command": command,

@@ -699,3 +699,7 @@ def test_looks_never_outrank_privacy():
     bare, fringed = _bare_and_fringed()
     variant, check, tried = _protect_variants([fringed, bare], [far, short])
     assert variant == 0 and tried == 2 and check.passes(g) and not check.looks_right()
+    # between two faces short of a target, the larger margin is kept whatever they look like
+    shorter = (g.floor + 0.005, g.faceres_target + 0.1, g.mobileface_target + 0.1)
+    variant, check, tried = _protect_variants([fringed, bare], [short, shorter])
+    assert variant == 0 and tried == 2 and not check.passes(g) and not check.looks_right()

@@ -200,9 +200,11 @@ class GuardCheck:
 
     def rank(self, guard: "PrivacyGuard") -> tuple[bool, bool, bool, bool, float]:
         """Order of preference between key variants: an anonymized face no recognizer matches first (the other
-        would be blurred), then a wrong-key recovery none matches, then one that :meth:`passes`, then one that
-        :meth:`looks_right`, then the larger :meth:`margin`. Looks never outrank privacy."""
-        return (not self.face_recognized(guard), not self.wrong_key_recognized(guard), self.passes(guard), self.looks_right(), self.margin(guard))
+        would be blurred), then a wrong-key recovery none matches, then one that :meth:`passes`; among those that
+        pass, one that :meth:`looks_right`; then the larger :meth:`margin`. Looks never outrank privacy: between
+        variants short of a target only the margin counts."""
+        passes = self.passes(guard)
+        return (not self.face_recognized(guard), not self.wrong_key_recognized(guard), passes, passes and self.looks_right(), self.margin(guard))
 
     def as_dict(self) -> dict:
         out = {
