@@ -29,7 +29,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, record_at
+from benchmarks.appearance import DlibEye, OriginalFace, contact_sheet, record_at
 from benchmarks.real_photos import packaged_photos
 from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, rows_not_run, write_results
 
@@ -115,17 +115,6 @@ def write_report(result: dict, out: Path) -> None:
     write_results(out, result, lines)
 
 
-def side_by_side(original: np.ndarray, outs: list[np.ndarray], box: np.ndarray, height: int = 160) -> np.ndarray:
-    x0, y0, x1, y1 = box
-    g = 0.4 * max(x1 - x0, y1 - y0)
-    h, w = original.shape[:2]
-    cx0, cy0, cx1, cy1 = int(max(0, x0 - g)), int(max(0, y0 - g)), int(min(w, x1 + g)), int(min(h, y1 + g))
-    tiles = [
-        cv2.resize(img[cy0:cy1, cx0:cx1], (int(round((cx1 - cx0) * height / (cy1 - cy0))), height), interpolation=cv2.INTER_AREA) for img in [original, *outs]
-    ]
-    return np.concatenate(tiles, 1)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="dbaf,ifadit")
@@ -178,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(method, name, i, row, flush=True)
                 if args.sheet and "off" in runs and (measured["off"]["fringe"] or measured["on"]["fringe"]):
                     Path(args.sheet).mkdir(parents=True, exist_ok=True)
-                    sheet = side_by_side(rgb, [runs["off"][1], runs["on"][1]], ref.box)
+                    sheet = contact_sheet(rgb, [("look check off", runs["off"][1]), ("look check on", runs["on"][1])], ref.box)
                     cv2.imwrite(str(Path(args.sheet) / f"{method}_{name}_{i}.png"), cv2.cvtColor(sheet, cv2.COLOR_RGB2BGR))
 
     command = command_line("benchmarks.forehead_hair", argv)
