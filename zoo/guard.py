@@ -337,10 +337,13 @@ def protect(
     outs, latents = list(outs), list(latents)
     n_variants = int(pipeline.method.guard_variants if n_variants is None else n_variants)
     probe = wrong_key_probe(pipeline, key_indices, secret, controls, distances)
+    hair: dict[tuple[int, int], float] = {}  # (face, variant) -> forehead_hair: the drawn crop is the same at every reach
 
     def checked(candidate: list, candidate_latents: list, which: list[int], number: int, reach: dict[int, float] | None = None) -> dict[int, GuardCheck]:
         dist = distances(candidate, which, reach)
-        hair = {i: forehead_hair(crops[i], candidate[i]) for i in dist}
+        for i in dist:
+            if (i, number) not in hair:
+                hair[i, number] = forehead_hair(crops[i], candidate[i])
         wrong = probe(candidate, candidate_latents, list(dist), number, 0, reach) if probe is not None else {}
         return {
             i: GuardCheck(
@@ -352,7 +355,7 @@ def protect(
                 wrong_key_faceres_distance=wrong[i][1] if i in wrong else None,
                 wrong_key_mobileface_distance=wrong[i][2] if i in wrong else None,
                 wrong_keys_probed=int(i in wrong),
-                forehead_hair=hair[i],
+                forehead_hair=hair[i, number],
             )
             for i, d in dist.items()
         }
