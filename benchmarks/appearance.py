@@ -35,6 +35,7 @@ import json
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterator
 
 import cv2
 import numpy as np
@@ -149,6 +150,17 @@ class OriginalFace:
     def distance(self, eye: DlibEye, image: np.ndarray) -> float:
         """dlib descriptor distance between the original face and ``image`` at the original's place."""
         return float(eye.judge.distance(self.descriptor, eye.judge.embed_photo_faces(image, [self.place], shapes_from=self.photo))[0])
+
+
+def judged_photos(eye: DlibEye, photos: list[str]) -> Iterator[tuple[str, str, np.ndarray, list[OriginalFace]]]:
+    """(photo, split, uint8 RGB, its faces as dlib sees them) for each of ``photos`` (:func:`packaged_photos`) where
+    dlib's CNN detector finds a face; the others are skipped, and said so."""
+    for name, split, rgb in packaged_photos(photos):
+        boxes = eye.boxes(rgb)
+        if not boxes:
+            print(f"skipped {name}: dlib finds no face in the original")
+            continue
+        yield name, split, rgb, OriginalFace.measure_all(eye, rgb, boxes)
 
 
 def measure_face(eye: DlibEye, ref: OriginalFace, output: np.ndarray, out_boxes: list[np.ndarray]) -> dict:
@@ -270,12 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds: dict[str, float] = {m: 0.0 for m in methods}
     sheet_cols: list[tuple[str, np.ndarray]] = []
     sheet_photo, sheet_box = None, None
-    for name, split, rgb in packaged_photos(args.photos.split(",")):
-        boxes = eye.boxes(rgb)
-        if not boxes:
-            print(f"skipped {name}: dlib finds no face in the original")
-            continue
-        refs = OriginalFace.measure_all(eye, rgb, boxes)
+    for name, split, rgb, refs in judged_photos(eye, args.photos.split(",")):
         for method in methods:
             m = zoo.load(method)
             if args.paste:
@@ -308,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows[method].append(row)
                 print(method, name, i, row, flush=True)
             if args.sheet and name == args.sheet_photo:
-                sheet_photo, sheet_box = rgb, boxes[0]
+                sheet_photo, sheet_box = rgb, refs[0].box
                 sheet_cols.append((method, out))
                 if method == "dbaf" and recovered is not None:
                     sheet_cols.append(("dbaf recovered (right key)", recovered))

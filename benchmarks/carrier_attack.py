@@ -30,8 +30,8 @@ from typing import Iterator
 
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, record_at
-from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
+from benchmarks.appearance import DlibEye, judged_photos, record_at
+from benchmarks.real_photos import REAL_PHOTOS
 from benchmarks.report import command_line, rate, rate_text, rows_not_run, write_results
 from zoo.methods.fit_controls import FACE_FIT_CONTROL, REFINE_CONTROL
 
@@ -148,12 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     command = command_line("benchmarks.carrier_attack", argv)
     if args.add and out_path.with_suffix(".json").is_file():  # one results file built over several runs
         command = earlier_rows(out_path, rows, seconds, set(args.photos.split(","))) + " ; " + command
-    for name, split, rgb in packaged_photos(args.photos.split(",")):
-        boxes = eye.boxes(rgb)
-        if not boxes:
-            print(f"skipped {name}: dlib finds no face in the original")
-            continue
-        refs = OriginalFace.measure_all(eye, rgb, boxes)
+    for name, split, rgb, refs in judged_photos(eye, args.photos.split(",")):
         for method in methods:
             m = zoo.load(method)
             t0 = time.perf_counter()

@@ -29,8 +29,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, contact_sheet, record_at
-from benchmarks.real_photos import packaged_photos
+from benchmarks.appearance import DlibEye, OriginalFace, contact_sheet, judged_photos, record_at
 from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, rows_not_run, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "forehead_hair"
@@ -142,12 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     seconds = {m: {run: 0.0 for run in RUNS} for m in methods}
     earlier = json.loads(Path(args.off_from).read_text())["methods"] if args.off_from else {}
     off_rows = {(m, r["photo"], r["face"]): r["off"] for m, per in earlier.items() for r in per["faces_rows"]}
-    for name, split, rgb in packaged_photos(photos):
-        boxes = eye.boxes(rgb)
-        if not boxes:
-            print(f"skipped {name}: dlib finds no face in the original")
-            continue
-        refs = OriginalFace.measure_all(eye, rgb, boxes)
+    for name, split, rgb, refs in judged_photos(eye, photos):
         for method in methods:
             m = zoo.load(method)
             runs = {}

@@ -39,8 +39,8 @@ from typing import Iterator
 import cv2
 import numpy as np
 
-from benchmarks.appearance import DlibEye, OriginalFace, box_iou, record_at
-from benchmarks.real_photos import REAL_PHOTOS, packaged_photos
+from benchmarks.appearance import DlibEye, box_iou, judged_photos, record_at
+from benchmarks.real_photos import REAL_PHOTOS
 from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "wrong_keys"
@@ -159,12 +159,7 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds = {m: 0.0 for m in methods}
-    for name, split, rgb in packaged_photos(args.photos.split(",")):
-        boxes = eye.boxes(rgb)
-        if not boxes:
-            print(f"skipped {name}: dlib finds no face in the original")
-            continue
-        refs = OriginalFace.measure_all(eye, rgb, boxes)
+    for name, split, rgb, refs in judged_photos(eye, args.photos.split(",")):
         originals = guard.photo_embeddings(rgb, [r.place for r in refs])
         for method in methods:
             m = zoo.load(method)
