@@ -703,3 +703,30 @@ def test_looks_never_outrank_privacy():
     shorter = (g.floor + 0.005, g.faceres_target + 0.1, g.mobileface_target + 0.1)
     variant, check, tried = _protect_variants([fringed, bare], [short, shorter])
     assert variant == 0 and tried == 2 and not check.passes(g) and not check.looks_right()
+
+
+def test_the_fringe_is_measured_once_per_drawn_face_not_at_every_reach(monkeypatch):
+    """The drawn crop does not change with the compositing reach: ``forehead_hair`` runs once per (face, variant),
+    however many wider reaches the guard tries; every check still carries it."""
+    from zoo import compositing
+    from zoo.guard import STRONGER_REACHES, guard_for, protect
+
+    g = guard_for()
+    short = (g.floor + 0.01, g.faceres_target - 0.05, g.mobileface_target + 0.1)  # short of FaceRes's target everywhere
+    calls = []
+    real = compositing.forehead_hair
+    monkeypatch.setattr(compositing, "forehead_hair", lambda a, b: calls.append(1) or real(a, b))
+    bare, fringed = _bare_and_fringed()
+    drawn = [fringed, bare]
+    crop = np.full((64, 64, 3), (205, 160, 135), np.uint8)
+    seen = []
+
+    def distances(candidate, which, reach=None):
+        seen.append(reach)
+        return {i: short for i in which}
+
+    _, _, _, checks = protect(_VariantPipeline(drawn), g, crop[None], [0], None, {}, [drawn[0]], [None], distances, None, STRONGER_REACHES)
+    assert sum(r is not None for r in seen) == len(STRONGER_REACHES) * len(drawn)  # every variant measured at every reach
+    assert len(calls) == len(drawn)
+    # equal margins, none passing: the first drawn (fringed) face stays, and its check carries the measure
+    assert checks[0].forehead_hair > compositing.FOREHEAD_HAIR_LIMIT

@@ -340,7 +340,7 @@ def protect(
     hair: dict[tuple[int, int], float] = {}  # (face, variant) -> forehead_hair: the drawn crop is the same at every reach
 
     def checked(candidate: list, candidate_latents: list, which: list[int], number: int, reach: dict[int, float] | None = None) -> dict[int, GuardCheck]:
-        dist = distances(candidate, which, reach)
+        dist = {i: d for i, d in distances(candidate, which, reach).items() if i in which}
         for i in dist:
             if (i, number) not in hair:
                 hair[i, number] = forehead_hair(crops[i], candidate[i])
