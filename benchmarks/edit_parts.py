@@ -1,6 +1,7 @@
-"""Which part of the keyed W+ edit draws a fringe over a bare forehead: each part of the edit switched off in turn.
+"""Which part of the keyed W+ edit draws a fringe over a bare forehead and loses the expression: each part of the edit
+switched off in turn.
 
-    python -m benchmarks.fringe_sources [--methods ifadit,dbaf] [--photos t1,biden,...] [--keys 4] [--out PATH]
+    python -m benchmarks.edit_parts [--methods ifadit,dbaf] [--photos t1,biden,...] [--keys 4] [--out PATH]
 
 A reversible method's anonymized code is the original's W+ code with (:meth:`zoo.nn.wplus_identity.WPlusIdentity.with_code`)
 its identity code u replaced by the keyed one, the deviations of slots 2-18 rotated with the key, the residual of the
@@ -8,15 +9,18 @@ identity slots' mean rotated with the key, and slots 0-1 moved with the code's c
 detector finds in the photos is FFHQ-aligned at 256 px and fitted as the methods fit it at their
 defaults (40 steps, face term 3), then drawn for each key with:
 
+* ``fit only``: the fitted code itself, nothing edited (what the fit alone changes);
 * ``full``: the edit as shipped;
 * ``code change only``: u replaced, nothing rotated;
 * ``rotations only``: u kept, the deviations and the residual rotated;
 * ``no deviation rotation`` / ``no residual rotation`` / ``slots 0-1 kept``: the edit with that one part left out.
 
 For each drawn face (no compositing, no guard): :func:`zoo.compositing.forehead_hair` against the original crop, and
-whether it is over :data:`zoo.compositing.FOREHEAD_HAIR_LIMIT` (a fringe). Per method and split (tuning / held-out,
-:mod:`benchmarks.real_photos`): face-keys over the limit with 95% Wilson intervals, and the mean share. Nothing is
-tuned here and no recognizer is used. Writes ``benchmarks/results/fringe_sources.{json,md}``.
+whether it is over :data:`zoo.compositing.FOREHEAD_HAIR_LIMIT` (a fringe); the change of the mouth's and the eyes'
+opening (:func:`openings`, the 468-point face mesh; dlib is not used). Per method and split (tuning / held-out,
+:mod:`benchmarks.real_photos`): face-keys over the limit with 95% Wilson intervals and the mean share; the median
+absolute opening changes. Nothing is tuned here and no recognizer is used. Writes
+``benchmarks/results/edit_parts.{json,md}``.
 """
 
 from __future__ import annotations
@@ -31,8 +35,8 @@ from benchmarks.forehead_hair import DEFAULT_PHOTOS
 from benchmarks.real_photos import packaged_photos
 from benchmarks.report import command_line, rate, rate_text, write_results
 
-OUT = Path(__file__).resolve().parent / "results" / "fringe_sources"
-PARTS = ("full", "code change only", "rotations only", "no deviation rotation", "no residual rotation", "slots 0-1 kept")
+OUT = Path(__file__).resolve().parent / "results" / "edit_parts"
+PARTS = ("fit only", "full", "code change only", "rotations only", "no deviation rotation", "no residual rotation", "slots 0-1 kept")
 
 
 def aligned_faces(photos: list[str]) -> list[tuple[str, str, np.ndarray]]:
@@ -43,12 +47,29 @@ def aligned_faces(photos: list[str]) -> list[tuple[str, str, np.ndarray]]:
     return [(name, split, align_face(rgb, face.landmarks, 256).crop) for name, split, rgb in packaged_photos(photos) for face in detect_faces(rgb)]
 
 
+def openings(crop: np.ndarray) -> tuple[float, float] | None:
+    """(inner-lip gap, mean eye opening) of an FFHQ-aligned uint8 crop [S,S,3] over its outer-eye-corner distance,
+    from the 468-point face mesh (points 13/14, 159/145 and 386/374, corners 33/263; one lid pair per eye, so not
+    the same numbers as the dlib-based ``mouth`` / ``eyes`` of :mod:`benchmarks.appearance`); None where the mesh
+    sees no face."""
+    from zoo.alignment import ffhq_template
+    from zoo.face_mesh import face_mesh
+
+    mesh = face_mesh(crop, ffhq_template(crop.shape[0]))
+    if mesh is None:
+        return None
+    scale = max(float(np.hypot(*(mesh[263] - mesh[33]))), 1e-6)
+    eyes = (np.hypot(*(mesh[159] - mesh[145])) + np.hypot(*(mesh[386] - mesh[374]))) / 2
+    return float(np.hypot(*(mesh[13] - mesh[14]))) / scale, float(eyes) / scale
+
+
 def drawn_parts(method, code: torch.Tensor, u_drawn: torch.Tensor, keys) -> dict[str, torch.Tensor]:
     """part -> W+ ``[N,23,512]``: the keyed edit of ``code`` toward ``u_drawn`` with parts of it left out (:data:`PARTS`)."""
     ident = method.wplus.identity
     rot, res = method.wplus.rotations(keys, method.name)
     u = ident.code(code)
     return {
+        "fit only": code,
         "full": ident.with_code(code, u_drawn, rot, res),
         "code change only": ident.with_code(code, u_drawn),
         "rotations only": ident.with_code(code, u, rot, res),
@@ -58,8 +79,9 @@ def drawn_parts(method, code: torch.Tensor, u_drawn: torch.Tensor, keys) -> dict
     }
 
 
-def measure(method_name: str, faces: list, keys: int) -> dict[str, list[list[float]]]:
-    """part -> per key, forehead_hair of every face."""
+def measure(method_name: str, faces: list, keys: int) -> dict[str, dict[str, list[list]]]:
+    """measure ("hair", "mouth", "eyes") -> part -> per key, that measure of every face (the openings: absolute
+    change against the original crop, None where the mesh saw no face in the original or in the drawn face)."""
     from zoo import load
     from zoo.compositing import forehead_hair
     from zoo.imageio import from_tensor, to_tensor
@@ -71,14 +93,19 @@ def measure(method_name: str, faces: list, keys: int) -> dict[str, list[list[flo
     x = torch.cat([to_tensor(c, 256) for c in crops])
     with torch.no_grad():
         code = torch.cat([method.encode(x[i : i + 8], fit).detach() for i in range(0, len(x), 8)])
-    out: dict[str, list[list[float]]] = {p: [] for p in PARTS}
+    before = [openings(c) for c in crops]
+    out: dict[str, dict[str, list[list]]] = {m: {p: [] for p in PARTS} for m in ("hair", "mouth", "eyes")}
     for k in range(keys):
+        # key label of the benchmark's first name, kept so that its fringe numbers reproduce
         face_keys = [Secret(f"fringe-sources/{k}").derive(method_name, i) for i in range(len(crops))]
         with torch.no_grad():
             u_drawn = method.drawn_identity(method.anonymized_code(method.identity_code(code), face_keys))
             for part, wplus in drawn_parts(method, code, u_drawn, face_keys).items():
                 drawn = from_tensor(method.decode(method.drawn_code(x, wplus)))
-                out[part].append([forehead_hair(crops[i], drawn[i]) for i in range(len(crops))])
+                out["hair"][part].append([forehead_hair(crops[i], drawn[i]) for i in range(len(crops))])
+                after = [openings(im) for im in drawn]
+                for j, what in enumerate(("mouth", "eyes")):
+                    out[what][part].append([None if a is None or b is None else round(abs(b[j] - a[j]), 4) for a, b in zip(before, after)])
         print(method_name, "key", k, "done", flush=True)
     return out
 
@@ -95,31 +122,43 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     faces = aligned_faces(args.photos.split(","))
     splits = sorted({f[1] for f in faces}, key=lambda s: s != "tuning")
-    result: dict = {"command": command_line("benchmarks.fringe_sources", argv), "keys": args.keys, "limit": FOREHEAD_HAIR_LIMIT, "methods": {}}
+    result: dict = {"command": command_line("benchmarks.edit_parts", argv), "keys": args.keys, "limit": FOREHEAD_HAIR_LIMIT, "methods": {}}
     result["faces"] = {s: sum(f[1] == s for f in faces) for s in splits}
-    lines = [
-        "# Which part of the keyed W+ edit draws a fringe over a bare forehead",
-        "",
-        f"`{result['command']}`. Faces fitted at the methods' defaults (40 steps, face term 3) and drawn for {args.keys} keys "
-        f"with parts of the edit left out; no compositing, no guard. Fringe: `forehead_hair` over {FOREHEAD_HAIR_LIMIT} "
-        "against the original crop. Face-keys k/n [95% Wilson]; mean share of the forehead band.",
-        "",
-        "| method | split | " + " | ".join(PARTS) + " |",
-        "|---|---|" + "---|" * len(PARTS),
-    ]
+    header = ["| method | split | " + " | ".join(PARTS) + " |", "|---|---|" + "---|" * len(PARTS)]
+    hair_lines, open_lines = list(header), list(header)
     for name in args.methods.split(","):
         values = measure(name, faces, args.keys)
-        rows = {}
+        rows: dict = {}
         for split in splits:
             idx = [i for i, f in enumerate(faces) if f[1] == split]
-            cells = []
+            hair_cells, open_cells = [], []
             for part in PARTS:
-                v = np.array([[per_key[i] for i in idx] for per_key in values[part]])
+                v = np.array([[per_key[i] for i in idx] for per_key in values["hair"][part]])
                 r = rate(int((v > FOREHEAD_HAIR_LIMIT).sum()), int(v.size))
-                rows.setdefault(split, {})[part] = {**r, "mean": round(float(v.mean()), 3)}
-                cells.append(f"{rate_text(r)}; {v.mean():.3f}")
-            lines.append(f"| {name} | {split} | " + " | ".join(cells) + " |")
+                change = {
+                    what: [x for per_key in values[what][part] for i, x in enumerate(per_key) if i in idx and x is not None] for what in ("mouth", "eyes")
+                }
+                med = {what: round(float(np.median(c)), 3) if c else None for what, c in change.items()}
+                rows.setdefault(split, {})[part] = {**r, "mean": round(float(v.mean()), 3), **{f"{w}_median": m for w, m in med.items()}}
+                hair_cells.append(f"{rate_text(r)}; {v.mean():.3f}")
+                open_cells.append(f"{med['mouth']} / {med['eyes']}")
+            hair_lines.append(f"| {name} | {split} | " + " | ".join(hair_cells) + " |")
+            open_lines.append(f"| {name} | {split} | " + " | ".join(open_cells) + " |")
         result["methods"][name] = {"rows": rows, "values": values, "faces": [[f[0], f[1]] for f in faces]}
+    lines = [
+        "# Which part of the keyed W+ edit draws a fringe over a bare forehead and loses the expression",
+        "",
+        f"`{result['command']}`. Faces fitted at the methods' defaults (40 steps, face term 3) and drawn for {args.keys} keys "
+        "with parts of the edit left out; no compositing, no guard; dlib is not used.",
+        "",
+        f"Fringes: `forehead_hair` over {FOREHEAD_HAIR_LIMIT} against the original crop. Face-keys k/n [95% Wilson]; mean share of the forehead band.",
+        "",
+        *hair_lines,
+        "",
+        "Expression: median absolute change of the inner-lip gap / the eye opening, in outer-eye-corner distances (face mesh).",
+        "",
+        *open_lines,
+    ]
     write_results(Path(args.out) if args.out else OUT, result, lines)
     return 0
 
