@@ -32,19 +32,11 @@ import numpy as np
 import torch
 
 from benchmarks.forehead_hair import DEFAULT_PHOTOS
-from benchmarks.real_photos import packaged_photos
+from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "edit_parts"
 PARTS = ("fit only", "full", "code change only", "rotations only", "no deviation rotation", "no residual rotation", "slots 0-1 kept")
-
-
-def aligned_faces(photos: list[str]) -> list[tuple[str, str, np.ndarray]]:
-    """(photo, split, FFHQ-aligned uint8 crop [256,256,3]) for every face the pipeline's detector finds."""
-    from zoo.alignment import align_face
-    from zoo.detection import detect_faces
-
-    return [(name, split, align_face(rgb, face.landmarks, 256).crop) for name, split, rgb in packaged_photos(photos) for face in detect_faces(rgb)]
 
 
 def openings(crop: np.ndarray) -> tuple[float, float] | None:
@@ -89,7 +81,7 @@ def measure(method_name: str, faces: list, keys: int) -> dict[str, dict[str, lis
 
     method = load(method_name)
     fit = method.inversion_fit(40, None, None, 3)
-    crops = [f[2] for f in faces]
+    crops = [f[3] for f in faces]
     x = torch.cat([to_tensor(c, 256) for c in crops])
     with torch.no_grad():
         code = torch.cat([method.encode(x[i : i + 8], fit).detach() for i in range(0, len(x), 8)])
@@ -120,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
     torch.set_num_threads(1)
-    faces = aligned_faces(args.photos.split(","))
+    faces = packaged_faces(256, args.photos.split(","))
     splits = sorted({f[1] for f in faces}, key=lambda s: s != "tuning")
     result: dict = {"command": command_line("benchmarks.edit_parts", argv), "keys": args.keys, "limit": FOREHEAD_HAIR_LIMIT, "methods": {}}
     result["faces"] = {s: sum(f[1] == s for f in faces) for s in splits}

@@ -55,10 +55,12 @@ from zoo.paste import face_mask
 OUT = Path(__file__).resolve().parent / "results" / "reconstruct_real"
 
 
-def packaged_faces(size: int = ALIGN_SIZE) -> list[tuple[str, str, int, np.ndarray]]:
+def packaged_faces(size: int = ALIGN_SIZE, photos: list[str] | None = None) -> list[tuple[str, str, int, np.ndarray]]:
     """(photo, split, face index, FFHQ-aligned uint8 crop [size,size,3]) for every detected face of the real photos
-    (:func:`benchmarks.real_photos.packaged_photos`)."""
-    return [(name, split, i, align_face(rgb, face.landmarks, size).crop) for name, split, rgb in packaged_photos() for i, face in enumerate(detect_faces(rgb))]
+    (:func:`benchmarks.real_photos.packaged_photos`; ``photos``: only those, in that order)."""
+    return [
+        (name, split, i, align_face(rgb, face.landmarks, size).crop) for name, split, rgb in packaged_photos(photos) for i, face in enumerate(detect_faces(rgb))
+    ]
 
 
 def aligned_landmarks(crop: np.ndarray, template: np.ndarray) -> np.ndarray | None:
