@@ -78,11 +78,12 @@ def measure(method_name: str, faces: list, keys: int) -> dict[str, dict[str, lis
     from zoo.compositing import forehead_hair
     from zoo.imageio import from_tensor, to_tensor
     from zoo.keys import Secret
+    from zoo.methods.fit_controls import FACE_FIT_CONTROL, REFINE_CONTROL
 
     method = load(method_name)
-    fit = method.inversion_fit(40, None, None, 3)
+    fit = method.inversion_fit(REFINE_CONTROL.default, None, None, FACE_FIT_CONTROL.default)  # the methods' default fit
     crops = [f[3] for f in faces]
-    x = torch.cat([to_tensor(c, 256) for c in crops])
+    x = to_tensor(np.stack(crops), 256)
     with torch.no_grad():
         code = torch.cat([method.encode(x[i : i + 8], fit).detach() for i in range(0, len(x), 8)])
     before = [openings(c) for c in crops]
@@ -122,10 +123,10 @@ def main(argv: list[str] | None = None) -> int:
         values = measure(name, faces, args.keys)
         rows: dict = {}
         for split in splits:
-            idx = [i for i, f in enumerate(faces) if f[1] == split]
+            idx = {i for i, f in enumerate(faces) if f[1] == split}
             hair_cells, open_cells = [], []
             for part in PARTS:
-                v = np.array([[per_key[i] for i in idx] for per_key in values["hair"][part]])
+                v = np.array([[per_key[i] for i in sorted(idx)] for per_key in values["hair"][part]])
                 r = rate(int((v > FOREHEAD_HAIR_LIMIT).sum()), int(v.size))
                 change = {
                     what: [x for per_key in values[what][part] for i, x in enumerate(per_key) if i in idx and x is not None] for what in ("mouth", "eyes")
