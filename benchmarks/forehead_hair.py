@@ -109,9 +109,21 @@ def write_report(result: dict, out: Path) -> None:
             lines.append(
                 f"| {m} | {split} | {s['faces']} | {rate_text(off['fringe'])} | {rate_text(on['fringe'])} | "
                 f"{off['matched']['k']} / {on['matched']['k']} | {off['blurred']} / {on['blurred']} | {off['tried_mean']} / {on['tried_mean']} | "
-                f"{secs['off']} / {secs['on']} |"
+                f"{secs['off'] if secs['off'] is not None else '-'} / {secs['on'] if secs['on'] is not None else '-'} |"
             )
     write_results(out, result, lines)
+
+
+def run_seconds(photo_seconds: dict[str, dict[str, float]]) -> dict[str, dict]:
+    """``seconds_total`` and ``seconds`` (mean per photo) of each run over the photos timed for it, and how many
+    photos that is (``photos_timed``): a photo whose off run was taken from an earlier file without a time for it
+    counts in no run's off time."""
+    timed = {run: [p[run] for p in photo_seconds.values() if run in p] for run in RUNS}
+    return {
+        "seconds_total": {run: round(sum(v), 1) for run, v in timed.items()},
+        "seconds": {run: round(sum(v) / len(v), 1) if v else None for run, v in timed.items()},
+        "photos_timed": {run: len(v) for run, v in timed.items()},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -138,7 +150,8 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     photos = [p for p in args.photos.split(",") if p]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
-    seconds = {m: {run: 0.0 for run in RUNS} for m in methods}
+    # method -> photo -> run -> seconds; a reused off run brings the earlier file's time of that photo, where it has one
+    photo_seconds: dict[str, dict[str, dict[str, float]]] = {m: {} for m in methods}
     earlier = json.loads(Path(args.off_from).read_text())["methods"] if args.off_from else {}
     off_rows = {(m, r["photo"], r["face"]): r["off"] for m, per in earlier.items() for r in per["faces_rows"]}
     for name, split, rgb, refs in judged_photos(eye, photos):
@@ -148,9 +161,12 @@ def main(argv: list[str] | None = None) -> int:
             reuse = method in earlier and all((method, name, i) in off_rows for i in range(len(refs)))
             for run in RUNS:
                 if run == "off" and reuse:
+                    earlier_secs = earlier[method].get("photo_seconds", {}).get(name, {}).get("off")
+                    if earlier_secs is not None:
+                        photo_seconds[method].setdefault(name, {})["off"] = earlier_secs
                     continue
                 result, secs = anonymized(m, rgb, run == "on", controls)
-                seconds[method][run] += secs
+                photo_seconds[method].setdefault(name, {})[run] = round(secs, 2)
                 runs[run] = (result, np.asarray(result))
             for i, ref in enumerate(refs):
                 measured = {run: face_row(eye, ref, result, out, compositing.FOREHEAD_HAIR_LIMIT) for run, (result, out) in runs.items()}
@@ -169,26 +185,14 @@ def main(argv: list[str] | None = None) -> int:
         before = json.loads(out_path.with_suffix(".json").read_text())
         for m, kept in rows_not_run(before.get("methods", {}), "faces_rows", methods, set(photos)).items():
             rows[m] = kept + rows.get(m, [])
-            if kept:
-                for run in RUNS:
-                    seconds.setdefault(m, {r: 0.0 for r in RUNS})[run] += before["methods"][m]["seconds_total"][run]
+            kept_seconds = before["methods"][m].get("photo_seconds", {})
+            photo_seconds[m] = {**{p: kept_seconds[p] for p in {r["photo"] for r in kept} if p in kept_seconds}, **photo_seconds.get(m, {})}
         command = before["command"] + " ; " + command
-    for m in methods:
-        if m in earlier:
-            seconds[m]["off"] += earlier[m]["seconds_total"]["off"]
-    n_photos = {m: len({r["photo"] for r in rs}) or 1 for m, rs in rows.items()}
     result = {
         "command": command,
         "limit": compositing.FOREHEAD_HAIR_LIMIT,
         "dlib_threshold": float(eye.judge.threshold),
-        "methods": {
-            m: {
-                "seconds_total": {run: round(seconds[m][run], 1) for run in RUNS},
-                "seconds": {run: round(seconds[m][run] / n_photos[m], 1) for run in RUNS},
-                "faces_rows": rs,
-            }
-            for m, rs in rows.items()
-        },
+        "methods": {m: {**run_seconds(photo_seconds.get(m, {})), "photo_seconds": photo_seconds.get(m, {}), "faces_rows": rs} for m, rs in rows.items()},
     }
     write_report(result, out_path)
     return 0

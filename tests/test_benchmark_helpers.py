@@ -184,3 +184,14 @@ def test_the_evaluators_dlib_place_of_a_face_on_its_side_reads_it_upright(t1_rgb
     assert len(upright) == 1 and len(sideways) == 1
     assert upright_turn(sideways[0].place.landmarks) == 3
     assert eye.judge.distance(upright[0].descriptor, sideways[0].descriptor)[0] < 0.1
+
+
+def test_forehead_hair_times_each_run_over_the_photos_timed_for_it():
+    """A photo whose off run came from an earlier file without its time adds nothing to the off time (the old
+    bookkeeping added the earlier file's whole off time, of every photo, to any run that reused it)."""
+    from benchmarks.forehead_hair import run_seconds
+
+    times = run_seconds({"a": {"off": 10.0, "on": 12.0}, "b": {"on": 20.0}, "c": {"off": 30.0, "on": 31.0}})
+    assert times["seconds_total"] == {"off": 40.0, "on": 63.0}
+    assert times["seconds"] == {"off": 20.0, "on": 21.0} and times["photos_timed"] == {"off": 2, "on": 3}
+    assert run_seconds({})["seconds"] == {"off": None, "on": None}
