@@ -5,7 +5,8 @@ switched off in turn.
 
 A reversible method's anonymized code is the original's W+ code with (:meth:`zoo.nn.wplus_identity.WPlusIdentity.with_code`)
 its identity code u replaced by the keyed one, the deviations of slots 2-18 rotated with the key, the residual of the
-identity slots' mean rotated with the key, and slots 0-1 moved with the code's change. Every face the pipeline's
+identity slots' mean rotated with the key, and slots 0-1 moved with the code's change (the code's change skips its
+mouth directions). Every face the pipeline's
 detector finds in the photos is FFHQ-aligned at 256 px and fitted as the methods fit it at their
 defaults (40 steps, face term 3), then drawn for each key with:
 
@@ -13,11 +14,13 @@ defaults (40 steps, face term 3), then drawn for each key with:
 * ``full``: the edit as shipped;
 * ``code change only``: u replaced, nothing rotated;
 * ``rotations only``: u kept, the deviations and the residual rotated;
-* ``no deviation rotation`` / ``no residual rotation`` / ``slots 0-1 kept``: the edit with that one part left out.
+* ``no deviation rotation`` / ``no residual rotation`` / ``slots 0-1 kept``: the edit with that one part left out;
+* ``mouth directions changed``: the edit with the code's change along the basis's mouth directions too
+  (:attr:`zoo.nn.wplus_identity.WPlusIdentity.mouth_directions`, which the shipped edit skips).
 
 For each drawn face (no compositing, no guard): :func:`zoo.compositing.forehead_hair` against the original crop, and
 whether it is over :data:`zoo.compositing.FOREHEAD_HAIR_LIMIT` (a fringe); the change of the mouth's and the eyes'
-opening (:func:`openings`, the 468-point face mesh; dlib is not used). Per method and split (tuning / held-out,
+opening (:func:`zoo.face_mesh.aligned_openings`, the 468-point face mesh; dlib is not used). Per method and split (tuning / held-out,
 :mod:`benchmarks.real_photos`): face-keys over the limit with 95% Wilson intervals and the mean share; the median
 absolute opening changes. Nothing is tuned here and no recognizer is used. Writes
 ``benchmarks/results/edit_parts.{json,md}``.
@@ -34,25 +37,19 @@ import torch
 from benchmarks.forehead_hair import DEFAULT_PHOTOS
 from benchmarks.reconstruct_real import packaged_faces
 from benchmarks.report import command_line, rate, rate_text, write_results
+from zoo.face_mesh import aligned_openings
 
 OUT = Path(__file__).resolve().parent / "results" / "edit_parts"
-PARTS = ("fit only", "full", "code change only", "rotations only", "no deviation rotation", "no residual rotation", "slots 0-1 kept")
-
-
-def openings(crop: np.ndarray) -> tuple[float, float] | None:
-    """(inner-lip gap, mean eye opening) of an FFHQ-aligned uint8 crop [S,S,3] over its outer-eye-corner distance,
-    from the 468-point face mesh (points 13/14, 159/145 and 386/374, corners 33/263; one lid pair per eye, so not
-    the same numbers as the dlib-based ``mouth`` / ``eyes`` of :mod:`benchmarks.appearance`); None where the mesh
-    sees no face."""
-    from zoo.alignment import ffhq_template
-    from zoo.face_mesh import face_mesh
-
-    mesh = face_mesh(crop, ffhq_template(crop.shape[0]))
-    if mesh is None:
-        return None
-    scale = max(float(np.hypot(*(mesh[263] - mesh[33]))), 1e-6)
-    eyes = (np.hypot(*(mesh[159] - mesh[145])) + np.hypot(*(mesh[386] - mesh[374]))) / 2
-    return float(np.hypot(*(mesh[13] - mesh[14]))) / scale, float(eyes) / scale
+PARTS = (
+    "fit only",
+    "full",
+    "code change only",
+    "rotations only",
+    "no deviation rotation",
+    "no residual rotation",
+    "slots 0-1 kept",
+    "mouth directions changed",
+)
 
 
 def drawn_parts(method, code: torch.Tensor, u_drawn: torch.Tensor, keys) -> dict[str, torch.Tensor]:
@@ -68,6 +65,7 @@ def drawn_parts(method, code: torch.Tensor, u_drawn: torch.Tensor, keys) -> dict
         "no deviation rotation": ident.with_code(code, u_drawn, None, res),
         "no residual rotation": ident.with_code(code, u_drawn, rot, None),
         "slots 0-1 kept": ident.with_code(code, u_drawn, rot, res, coarse=False),
+        "mouth directions changed": ident.with_code(code, u_drawn, rot, res, mouth=False),
     }
 
 
@@ -86,7 +84,7 @@ def measure(method_name: str, faces: list, keys: int) -> dict[str, dict[str, lis
     x = to_tensor(np.stack(crops), 256)
     with torch.no_grad():
         code = torch.cat([method.encode(x[i : i + 8], fit).detach() for i in range(0, len(x), 8)])
-    before = [openings(c) for c in crops]
+    before = [aligned_openings(c) for c in crops]
     out: dict[str, dict[str, list[list]]] = {m: {p: [] for p in PARTS} for m in ("hair", "mouth", "eyes")}
     for k in range(keys):
         # key label of the benchmark's first name, kept so that its fringe numbers reproduce
@@ -96,7 +94,7 @@ def measure(method_name: str, faces: list, keys: int) -> dict[str, dict[str, lis
             for part, wplus in drawn_parts(method, code, u_drawn, face_keys).items():
                 drawn = from_tensor(method.decode(method.drawn_code(x, wplus)))
                 out["hair"][part].append([forehead_hair(crops[i], drawn[i]) for i in range(len(crops))])
-                after = [openings(im) for im in drawn]
+                after = [aligned_openings(im) for im in drawn]
                 for j, what in enumerate(("mouth", "eyes")):
                     out[what][part].append([None if a is None or b is None else round(abs(b[j] - a[j]), 4) for a, b in zip(before, after)])
         print(method_name, "key", k, "done", flush=True)

@@ -42,6 +42,18 @@ def test_mesh_is_installed_and_finds_the_face(astronaut):
         assert min(np.hypot(*(got - face.landmarks[i])) for i in (0, 1)) < 0.2 * eye_dist
 
 
+def test_aligned_openings_read_the_same_ratios_at_any_crop_size_and_none_without_a_face(astronaut):
+    """The astronaut smiles with her teeth showing and her eyes open: a clear inner-lip gap and eye opening, each
+    over the eye-corner distance, the same at 256 and 128 px; a flat grey crop has no face."""
+    rgb, face = astronaut
+    big = face_mesh.aligned_openings(align_face(rgb, face.landmarks, 256).crop)
+    small = face_mesh.aligned_openings(align_face(rgb, face.landmarks, 128).crop)
+    assert big is not None and small is not None
+    assert 0.03 < big[0] < 0.3 and 0.03 < big[1] < 0.2
+    assert abs(big[0] - small[0]) < 0.02 and abs(big[1] - small[1]) < 0.02
+    assert face_mesh.aligned_openings(np.full((256, 256, 3), 128, np.uint8)) is None
+
+
 def test_small_face_gets_no_mesh(astronaut):
     rgb, face = astronaut
     small = cv2.resize(rgb, None, fx=0.06, fy=0.06, interpolation=cv2.INTER_AREA)

@@ -152,6 +152,69 @@ def test_the_coarse_slots_take_the_codes_change_and_the_inverse_removes_it():
         WPlusIdentity(base.code_matrix, base.edit_matrix, base.span, base.w_mean, coarse_edit=coarse[:, :3])
 
 
+def test_the_codes_change_skips_the_mouth_directions_and_the_inverse_is_still_exact():
+    """With ``mouth_directions`` H the drawn code is u + (I - H H^T)(u_new - u): nothing moves along H; the inverse
+    call with the original code (which reads u from the edited W+ and projects again) gives W+ back exactly;
+    ``mouth=False`` (a code written without them) sets u_new itself."""
+    base = _toy()
+    coarse = torch.randn(STYLE_DIM, base.dim, generator=torch.Generator().manual_seed(8)) * 0.1
+    h = torch.linalg.qr(torch.randn(base.dim, 2, generator=torch.Generator().manual_seed(9)))[0]
+    ident = WPlusIdentity(base.code_matrix, base.edit_matrix, base.span, base.w_mean, coarse_edit=coarse, mouth_directions=h)
+    w = _wplus()
+    u = ident.code(w)
+    u_new = u + 3.0 * torch.randn_like(u)
+    rot = _rotations(ident, w.shape[0], 2)
+    edited = ident.with_code(w, u_new, *rot)
+    drawn = ident.code(edited)
+    assert torch.allclose(drawn @ h, u @ h, atol=1e-4)  # no change along H
+    assert torch.allclose(drawn - drawn @ h @ h.T, u_new - u_new @ h @ h.T, atol=1e-4)  # u_new everywhere else
+    assert (u_new @ h - u @ h).abs().amax() > 0.5
+    assert torch.allclose(ident.with_code(edited, u, *rot, inverse=True), w, atol=1e-4)
+    assert torch.allclose(ident.code(ident.with_code(w, u_new, *rot, mouth=False)), u_new, atol=1e-4)
+    with pytest.raises(ValueError, match="orthonormal"):
+        WPlusIdentity(base.code_matrix, base.edit_matrix, base.span, base.w_mean, mouth_directions=2.0 * h)
+
+
+def test_leading_directions_are_the_signed_leading_singular_vectors_of_the_gradients():
+    from zoo.nn.wplus_identity import leading_directions
+
+    gen = torch.Generator().manual_seed(4)
+    main = torch.zeros(10)
+    main[3] = -1.0
+    grads = torch.randn(12, 1, generator=gen) * 5.0 * main + 0.01 * torch.randn(12, 10, generator=gen)  # one direction dominates
+    h = leading_directions(grads, 2)
+    assert h.shape == (10, 2) and torch.allclose(h.T @ h, torch.eye(2), atol=1e-5)
+    assert h[3, 0] > 0.99  # signed: the largest entry positive
+    assert (h.gather(0, h.abs().argmax(0, keepdim=True)) > 0).all()
+
+
+def test_carried_blocks_say_how_their_code_was_drawn():
+    from zoo.nn.wplus_identity import carried_edit
+
+    assert carried_edit(None) == {"deviation_slots": None, "coarse": True, "mouth": True}
+    assert carried_edit({"latent": 0})["mouth"]
+    assert carried_edit({"block_version": 8}) == {"deviation_slots": None, "coarse": True, "mouth": False}
+    assert carried_edit({"block_version": 9})["mouth"] and not carried_edit({"block_version": 7})["coarse"]
+    assert carried_edit({"block_version": 5})["deviation_slots"] == DEVIATION_SLOTS_V5
+
+
+def test_shipped_mouth_directions_are_one_unit_direction_from_the_measured_gradients():
+    """The shipped basis keeps one mouth direction out of the code's change: the leading direction of the gradients
+    its config records (so it can be rebuilt), of unit length."""
+    import json
+
+    from zoo.nn.wplus_identity import identity_basis_dir, leading_directions
+
+    ident = _shipped()
+    h = ident.mouth_directions
+    config = json.loads((identity_basis_dir() / "config.json").read_text())["mouth_directions"]
+    assert h is not None and h.shape == (ident.dim, config["r"]) == (ident.dim, 1)
+    grads = torch.tensor(config["gradients_per_unit"], dtype=torch.float64)
+    assert grads.shape == (config["faces"], ident.dim)
+    assert float((leading_directions(grads, 1).double().T @ h.double()).abs()) > 0.999
+    assert abs(float(h.norm()) - 1.0) < 1e-4
+
+
 def test_shipped_coarse_edit_has_no_component_along_the_pose_gradients_of_its_slots():
     """The shipped ``coarse_edit`` = U diag(sigma) (I - P P^T) Q: in whitened coordinates its columns are orthogonal
     to the three pose gradients measured in slots 0-1 (config.json), and it keeps most of the identity edit."""
@@ -198,6 +261,11 @@ def test_code_norm_draws_every_face_at_one_norm_and_the_carried_code_still_gives
     carrier holds the keyed code at the input's norm, so the right key gives the input back exactly; a re-inverted
     face is read at ``wplus.read_norm``."""
     m = personal_wplus
+    import copy
+
+    whole_code = copy.deepcopy(m.wplus.identity)
+    whole_code.mouth_directions = None  # the edit sets the whole code (norms exact)
+    monkeypatch.setattr(m.wplus, "identity", whole_code)
     monkeypatch.setattr(m, "config", {**m.config, "wplus": {**(m.config.get("wplus") or {}), "code_norm": 9.0, "read_norm": 4.5}})
     g = m.wplus.generator
     with torch.no_grad():
@@ -274,7 +342,7 @@ def test_a_code_from_a_version_5_block_is_recovered_with_its_own_deviation_slots
         code = w + 0.3 * torch.randn(1, NUM_SLOTS, STYLE_DIM, generator=gen)  # an inverted real face has deviations
         keys = m.face_keys(m.run_secret("v5"), 1)
         u_anon = m.anonymized_code(m.identity_code(code), keys)
-        anon = m.with_identity(code, u_anon, keys, deviation_slots=DEVIATION_SLOTS_V5, coarse=False)
+        anon = m.with_identity(code, u_anon, keys, deviation_slots=DEVIATION_SLOTS_V5, coarse=False, mouth=False)
         y = m.decode(anon)
         carried = {"latent": u_anon[0].numpy(), "code": m.wplus.carried_rows(anon)[0].numpy()}
         as_v5 = m.recover_faces(y, keys, refine_steps=0, carried=[{**carried, "block_version": 5}])
@@ -285,10 +353,13 @@ def test_a_code_from_a_version_5_block_is_recovered_with_its_own_deviation_slots
 
 
 @pytest.mark.slow
-def test_a_code_from_a_version_7_block_is_recovered_without_the_coarse_edit(personal_wplus):
-    """Blocks of zoo.carrier version <= 7 hold codes drawn with slots 0-1 as they were: recovery leaves those slots
-    alone; a current block's code (slots 0-1 edited) comes back exactly with the current recovery."""
+def test_codes_of_older_blocks_are_recovered_with_the_edit_they_were_drawn_with(personal_wplus):
+    """Blocks of zoo.carrier version <= 7 hold codes drawn with slots 0-1 as they were, version 8 with the code's
+    change along the mouth directions too: recovery undoes exactly what each was drawn with (the inverse of the
+    current edit reads the drawn code, whose change already skips the mouth directions, so only older codes need
+    their own)."""
     m = personal_wplus
+    assert m.wplus.identity.mouth_directions is not None  # the shipped basis has them
     g = m.wplus.generator
     gen = torch.Generator().manual_seed(13)
     with torch.no_grad():
@@ -296,13 +367,17 @@ def test_a_code_from_a_version_7_block_is_recovered_without_the_coarse_edit(pers
         keys = m.face_keys(m.run_secret("v7"), 1)
         u_anon = m.anonymized_code(m.identity_code(code), keys)
         original = m.decode(code)
-        for version, coarse in ((7, False), (8, True)):
-            anon = m.with_identity(code, u_anon, keys, coarse=coarse)
-            carried = {"latent": u_anon[0].numpy(), "code": m.wplus.carried_rows(anon)[0].numpy(), "block_version": version}
-            back = m.recover_faces(m.decode(anon), keys, refine_steps=0, carried=[carried])
+        blocks, drawn = {}, {}
+        for version, coarse, mouth in ((7, False, False), (8, True, False), (9, True, True)):
+            anon = m.with_identity(code, u_anon, keys, coarse=coarse, mouth=mouth)
+            blocks[version] = {"latent": u_anon[0].numpy(), "code": m.wplus.carried_rows(anon)[0].numpy(), "block_version": version}
+            drawn[version] = m.decode(anon)
+            back = m.recover_faces(drawn[version], keys, refine_steps=0, carried=[blocks[version]])
             assert (back - original).abs().amax() < 0.02, version
-        as_v7 = m.recover_faces(m.decode(anon), keys, refine_steps=0, carried=[{**carried, "block_version": 7}])
-    assert (as_v7 - original).abs().mean() > 0.01
+        # undoing the current edit on a version 8 code would leave its change along the mouth directions half undone
+        v8_as_v9 = m.recover_faces(drawn[8], keys, refine_steps=0, carried=[{**blocks[8], "block_version": 9}])
+        v9_as_v7 = m.recover_faces(drawn[9], keys, refine_steps=0, carried=[{**blocks[9], "block_version": 7}])
+    assert (v8_as_v9 - original).abs().mean() > 0.002 and (v9_as_v7 - original).abs().mean() > 0.01
 
 
 @pytest.mark.parametrize("name", ["dbaf", "hford", "ifadit", "personal"])

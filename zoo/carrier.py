@@ -48,7 +48,9 @@ anonymized face was composited (:func:`zoo.compositing.region_reach`; stored as 
 composites the recovered face over the same region, so no band of the anonymized face stays around it. It is not
 sealed: the photo shows the region anyway. Version 8 has the layout of version 7; its W+ codes also carry the identity
 change in slots 0-1 (:data:`zoo.nn.wplus_identity.COARSE_SLOTS`), and blocks of version 7 and earlier are recovered
-without it.
+without it. Version 9 has the same layout; its W+ codes' identity change skips the mouth directions
+(:attr:`zoo.nn.wplus_identity.WPlusIdentity.mouth_directions`), and blocks of version 8 and earlier are recovered
+without that.
 
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
 save (JPEG), a resize or an edit destroys it, and recovery then leaves the face as it is (status ``no_code``,
@@ -79,8 +81,8 @@ __all__ = [
 ]
 
 MAGIC = b"ZoOL"
-VERSION = 8
-_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8)
+VERSION = 9
+_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n

@@ -108,3 +108,23 @@ def mesh_head_pose(rgb: np.ndarray, landmarks5: np.ndarray) -> np.ndarray:
     if pts is None:
         return np.full(3, np.nan)
     return pose_from_six_points(pts[list(POSE_POINTS)], np.asarray(rgb).shape[:2])
+
+
+#: mesh indices of the inner lips (upper, lower), each eye's lids (upper, lower) and the outer eye corners
+INNER_LIPS = (13, 14)
+EYE_LIDS = ((159, 145), (386, 374))
+EYE_CORNERS = (33, 263)
+
+
+def aligned_openings(crop: np.ndarray) -> tuple[float, float] | None:
+    """(inner-lip gap, mean eye opening) of an FFHQ-aligned uint8 ``crop`` [S, S, 3], each over the outer-eye-corner
+    distance (dimensionless; a closed mouth about 0, a laughing one 0.2-0.4), from the mesh (one lid pair per eye:
+    not dlib's numbers); None where the mesh sees no face."""
+    from .alignment import ffhq_template
+
+    mesh = face_mesh(crop, ffhq_template(np.asarray(crop).shape[0]))
+    if mesh is None:
+        return None
+    scale = max(float(np.hypot(*(mesh[EYE_CORNERS[1]] - mesh[EYE_CORNERS[0]]))), 1e-6)
+    eyes = sum(float(np.hypot(*(mesh[a] - mesh[b]))) for a, b in EYE_LIDS) / len(EYE_LIDS)
+    return float(np.hypot(*(mesh[INNER_LIPS[0]] - mesh[INNER_LIPS[1]]))) / scale, eyes / scale

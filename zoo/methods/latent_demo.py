@@ -159,15 +159,15 @@ class LatentDemoMethod(NeuralMethod):
         """The 100-d identity code the keyed transform edits: z itself on the DCGAN, u of a W+ code."""
         return code if self.wplus is None else self.wplus.identity.code(code)
 
-    def with_identity(self, code: torch.Tensor, u: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, inverse=False, deviation_slots=None, coarse=True):
+    def with_identity(self, code: torch.Tensor, u: torch.Tensor, keys: Sequence[KeyMaterial] | None = None, inverse: bool = False, **edit: Any):
         """``code`` with its identity code replaced by ``u`` (on the DCGAN: ``u`` itself). On W+ with ``keys``, the
-        rest of the identity slots is rotated with each face's key (``inverse``: back, for the recovery);
-        ``deviation_slots``: which slots' deviations rotate (default :data:`~zoo.nn.wplus_identity.DEVIATION_SLOTS`);
-        ``coarse``: slots 0-1 take the code's change too (:data:`~zoo.nn.wplus_identity.COARSE_SLOTS`)."""
+        rest of the identity slots is rotated with each face's key (``inverse``: back, for the recovery). ``edit``:
+        :meth:`~zoo.nn.wplus_identity.WPlusIdentity.with_code`'s ``deviation_slots``, ``coarse`` and ``mouth``, for a
+        code drawn with another edit (:func:`~zoo.nn.wplus_identity.carried_edit`)."""
         if self.wplus is None:
             return u
         rot = self.wplus.rotations(keys, self.name) if keys is not None else (None, None)
-        return self.wplus.identity.with_code(code, u, *rot, inverse=inverse, deviation_slots=deviation_slots, coarse=coarse)
+        return self.wplus.identity.with_code(code, u, *rot, inverse=inverse, **edit)
 
     @property
     def identity_steps(self) -> int:
@@ -447,13 +447,11 @@ class LatentDemoMethod(NeuralMethod):
         self._check_keys(y, keys)
         code, u_anon = self.anonymized_codes(y, carried, self.inversion_fit(refine_steps, identity_refine, identity_check, face_fit))
         u = self.recovered_code(u_anon, keys, **controls)
-        from ..nn.wplus_identity import carried_coarse_edit, carried_deviation_slots
+        from ..nn.wplus_identity import carried_edit
 
-        # each face is undone with the W+ slots its block was drawn with
+        # each face is undone with the W+ slots and edit its block was drawn with
         blocks = carried if carried is not None else [None] * y.shape[0]
-        faces = [
-            self.with_identity(code[i : i + 1], u[i : i + 1], [keys[i]], True, carried_deviation_slots(c), carried_coarse_edit(c)) for i, c in enumerate(blocks)
-        ]
+        faces = [self.with_identity(code[i : i + 1], u[i : i + 1], [keys[i]], True, **carried_edit(c)) for i, c in enumerate(blocks)]
         return self.decode(torch.cat(faces) if faces else self.with_identity(code, u, keys, True))
 
     def reconstruct_faces(

@@ -38,6 +38,19 @@ still called the anonymized face the original person for 73 of 192 face-keys wit
 edited, and two keys' faces the same person for 114 and 61 of 288 pairs; the face mesh's median yaw change rose from
 2.3 to 3.1 degrees (on the tuning photos' real faces 3.0 and 2.9). A linear map of u_new - u, so the inverse call
 removes it exactly. A basis without it (``coarse_edit`` absent from its file) leaves slots 0-1 alone.
+
+The identity code's change skips the directions of u that open or close the mouth: ``mouth_directions`` ``[k,r]``
+(orthonormal, H) are the r leading right singular vectors of the gradients of the inner-lip gap
+(:func:`zoo.face_mesh.aligned_openings`) per unit of each code coordinate on the generator's own faces
+(:func:`mouth_sensitivity`), and the edit uses du' = (I - H H^T) du, so the drawn face keeps the original's code
+along H. On the tuning photos' real faces the mouth moved with the identity code's change, not with the rotations
+(``python -m benchmarks.edit_parts``: face-mesh inner-lip gap change, ``ifadit`` held-out 0.047 with the code's
+change alone, 0.024 with the rotations alone); one direction dominates the gradients (singular values 0.18, then
+0.05 and less, 8 faces). With r = 1 on the 9 tuning faces x 4 keys the median change fell from 0.024 to 0.015
+(``dbaf``) and 0.027 to 0.023 (``ifadit``), the face-keys past all three guard targets 16 -> 16 and 25 -> 23 of 36
+(r = 2 and 3 lost more of them). The projection is fixed and idempotent, so the inverse call (which reads u from
+the anonymized code and projects again) still returns W+ exactly, and the carrier holds the keyed code itself.
+Codes of :mod:`zoo.carrier` blocks of version 8 and earlier were drawn without it (:func:`carried_mouth_kept`).
 """
 
 from __future__ import annotations
@@ -58,11 +71,15 @@ __all__ = [
     "COARSE_SLOTS",
     "carried_coarse_edit",
     "carried_deviation_slots",
+    "carried_edit",
+    "carried_mouth_kept",
     "IDENTITY_SLOTS",
     "WPlusIdentity",
     "build_identity_basis",
     "identity_basis_dir",
+    "leading_directions",
     "load_wplus_identity",
+    "mouth_sensitivity",
     "pose_sensitivity",
     "principal_directions",
 ]
@@ -79,6 +96,9 @@ DEVIATION_SLOTS = tuple(range(2, 19))
 #: the deviation slots of codes carried by blocks of :mod:`zoo.carrier` version 5 and earlier (recovered with them)
 DEVIATION_SLOTS_V5 = tuple(range(4, 19))
 
+
+#: how many mouth directions the shipped basis keeps out of the identity code's change (module docstring)
+MOUTH_DIRECTIONS = 1
 
 #: W+ slots that take the identity code's change along its pose-free directions (``coarse_edit``, module docstring)
 COARSE_SLOTS = (0, 1)
@@ -97,6 +117,18 @@ def carried_coarse_edit(carried) -> bool:
     return not _written_by_block_version(carried, 7)
 
 
+def carried_mouth_kept(carried) -> bool:
+    """Whether a face's carried code was drawn with the mouth directions kept out of the code's change
+    (:attr:`WPlusIdentity.mouth_directions`): False for a block of version 8 or earlier, True otherwise."""
+    return not _written_by_block_version(carried, 8)
+
+
+def carried_edit(carried) -> dict:
+    """How a face's carried code was drawn, as the keyword arguments of :meth:`WPlusIdentity.with_code` that undo it
+    (``deviation_slots``, ``coarse``, ``mouth``)."""
+    return {"deviation_slots": carried_deviation_slots(carried), "coarse": carried_coarse_edit(carried), "mouth": carried_mouth_kept(carried)}
+
+
 def carried_deviation_slots(carried) -> tuple[int, ...] | None:
     """The deviation slots a face's carried code was drawn with: :data:`DEVIATION_SLOTS_V5` for a block of version 5
     or earlier; None (the current ones) for a newer block, a code that did not come from a block, or none."""
@@ -110,7 +142,8 @@ def identity_basis_dir() -> Path:
 
 class WPlusIdentity(torch.nn.Module):
     """Identity code of W+ latents (module docstring). Buffers: ``code_matrix [512,k]``, ``edit_matrix [512,k]``,
-    ``span [512,K]``, ``w_mean [512]`` and, where given, ``coarse_edit [512,k]``."""
+    ``span [512,K]``, ``w_mean [512]`` and, where given, ``coarse_edit [512,k]`` and ``mouth_directions [k,r]``
+    (orthonormal columns)."""
 
     def __init__(
         self,
@@ -121,6 +154,7 @@ class WPlusIdentity(torch.nn.Module):
         slots: Sequence[int] = IDENTITY_SLOTS,
         deviation_slots: Sequence[int] = DEVIATION_SLOTS,
         coarse_edit: torch.Tensor | None = None,
+        mouth_directions: torch.Tensor | None = None,
     ):
         super().__init__()
         k = code_matrix.shape[-1]
@@ -144,6 +178,11 @@ class WPlusIdentity(torch.nn.Module):
         if coarse_edit is not None and coarse_edit.shape != (STYLE_DIM, k):
             raise ValueError(f"coarse_edit must be [{STYLE_DIM},{k}], got {list(coarse_edit.shape)}")
         self.register_buffer("coarse_edit", None if coarse_edit is None else coarse_edit.float())
+        if mouth_directions is not None:
+            h = mouth_directions.double()
+            if h.ndim != 2 or h.shape[0] != k or not torch.allclose(h.T @ h, torch.eye(h.shape[1], dtype=h.dtype), atol=1e-4):
+                raise ValueError(f"mouth_directions must be [{k},r] with orthonormal columns, got {list(mouth_directions.shape)}")
+        self.register_buffer("mouth_directions", None if mouth_directions is None else mouth_directions.float())
         # an orthonormal basis of what U leaves out (QR of [U, I]: the same wherever it is computed from the same U)
         full = torch.linalg.qr(torch.cat([span.double(), torch.eye(STYLE_DIM, dtype=torch.float64)], 1))[0]
         self.register_buffer("complement", full[:, span.shape[1] : STYLE_DIM].float())
@@ -193,17 +232,23 @@ class WPlusIdentity(torch.nn.Module):
         inverse: bool = False,
         deviation_slots: Sequence[int] | None = None,
         coarse: bool = True,
+        mouth: bool = True,
     ) -> torch.Tensor:
         """W+ with identity code ``u_new [N,k]``, its deviations and residual rotated (module docstring; no
         rotation given: left as they are). ``inverse``: rotate with the transposes (the recovery).
         ``deviation_slots``: the slots whose deviations rotate (default :attr:`deviation_slots`; the recovery of a
         code written with another set passes that set). ``coarse``: slots 0-1 take the code's change too (where the
-        basis has ``coarse_edit``; False: the recovery of a code written without it)."""
+        basis has ``coarse_edit``; False: the recovery of a code written without it). ``mouth``: the change skips
+        :attr:`mouth_directions` (where the basis has them; False: the recovery of a code written without them), so
+        the result's code is ``u_new`` only along the rest."""
         m = self._mean(wplus)
         u = m @ self.code_matrix.to(wplus)
         if u_new.shape != u.shape:
             raise ValueError(f"identity code must be {list(u.shape)}, got {list(u_new.shape)}")
         du = u_new.to(u) - u
+        if mouth and self.mouth_directions is not None:
+            h = self.mouth_directions.to(wplus)
+            du = du - (du @ h) @ h.T
         m_new = m + du @ self.edit_matrix.to(wplus).T
         if residual_rotation is not None:
             comp = self.complement.to(wplus)
@@ -278,6 +323,37 @@ def pose_free_edit(
     return ((span.double() * sigma.double()) @ keep @ q.double()).float(), grad
 
 
+@torch.no_grad()
+def mouth_sensitivity(generator, identity: WPlusIdentity, faces: int = 8, amplitude: float = 1.0, seed: int = 5) -> torch.Tensor:
+    """Mouth-opening gradient ``[faces,k]``: the change of the inner-lip gap (:func:`zoo.face_mesh.aligned_openings`,
+    over the eye-corner distance) per unit of each identity-code coordinate, one row per generated face (truncation
+    0.7; 0 where the mesh misses a face), from the faces drawn with the code moved by +amplitude and -amplitude through
+    :meth:`WPlusIdentity.with_code` (no rotations, no mouth directions), at 256 px. About 13 s per coordinate for 8
+    faces on one core."""
+    from ..face_mesh import aligned_openings
+    from ..inversion import draw_fitted
+
+    gen = torch.Generator().manual_seed(seed)
+    w = generator.style(torch.randn(faces, STYLE_DIM, generator=gen), 0.7)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+    u = identity.code(w)
+    rows = []
+    for j in range(identity.dim):
+        step = torch.zeros(identity.dim)
+        step[j] = amplitude
+        wp = torch.cat([identity.with_code(w, u + step, mouth=False), identity.with_code(w, u - step, mouth=False)])
+        images = ((draw_fitted(generator, wp, 256).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+        gap = torch.tensor([(o[0] if (o := aligned_openings(im)) is not None else float("nan")) for im in images], dtype=torch.float64)
+        rows.append(torch.nan_to_num((gap[:faces] - gap[faces:]) / (2 * amplitude)))
+    return torch.stack(rows, 1)
+
+
+def leading_directions(gradients: torch.Tensor, r: int) -> torch.Tensor:
+    """The ``r`` leading right singular vectors ``[k,r]`` (orthonormal) of per-face gradients ``[faces,k]``, each
+    signed so that its largest-magnitude entry is positive."""
+    v = torch.linalg.svd(gradients.double(), full_matrices=False)[2][:r].T
+    return (v * torch.sign(v.gather(0, v.abs().argmax(0, keepdim=True)))).float()
+
+
 def _gradient_table(grad: torch.Tensor) -> dict[str, list[float]]:
     """Pose gradients ``[K,3]`` as the basis config writes them: {direction: [yaw, pitch, roll] degrees per sigma}."""
     return {str(i): [round(float(v), 2) for v in grad[i]] for i in range(grad.shape[0])}
@@ -323,7 +399,9 @@ def load_wplus_identity(folder: str | None = None) -> WPlusIdentity:
         raise FileNotFoundError(f"no identity basis at {path}: run `python -m zoo.nn.wplus_identity`")
     slots = tuple(json.loads((path / "config.json").read_text()).get("identity_slots", IDENTITY_SLOTS))
     t = load_file(str(f))
-    return WPlusIdentity(t["code_matrix"], t["edit_matrix"], t["span"], t["w_mean"], slots, coarse_edit=t.get("coarse_edit")).eval()
+    return WPlusIdentity(
+        t["code_matrix"], t["edit_matrix"], t["span"], t["w_mean"], slots, coarse_edit=t.get("coarse_edit"), mouth_directions=t.get("mouth_directions")
+    ).eval()
 
 
 def _add_coarse_edit(folder: Path) -> None:
@@ -350,8 +428,35 @@ def _add_coarse_edit(folder: Path) -> None:
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
 
 
+def _add_mouth_directions(folder: Path, r: int, faces: int = 8, amplitude: float = 1.0, seed: int = 5) -> None:
+    """Adds ``mouth_directions`` (the ``r`` leading directions of :func:`mouth_sensitivity`) to the basis in
+    ``folder``, and the gradients to its config."""
+    from safetensors.torch import load_file, save_file
+
+    from .mobilestylegan import load_mobilestylegan
+
+    with torch.no_grad():
+        grad = mouth_sensitivity(load_mobilestylegan("cpu"), load_wplus_identity(str(folder)), faces, amplitude, seed).double()
+    t = load_file(str(folder / "basis.safetensors"))
+    t["mouth_directions"] = leading_directions(grad, r)
+    save_file({k: v.contiguous() for k, v in t.items()}, str(folder / "basis.safetensors"))
+    config = json.loads((folder / "config.json").read_text())
+    config["mouth_directions"] = {
+        "r": r,
+        "faces": faces,
+        "amplitude": amplitude,
+        "seed": seed,
+        "singular_values_per_unit": [round(float(v), 4) for v in torch.linalg.svdvals(grad)],
+        "gradients_per_unit": [[round(float(v), 5) for v in row] for row in grad],
+        "built_by": f"python -m zoo.nn.wplus_identity --add-mouth {r}",
+    }
+    (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    load_wplus_identity.cache_clear()
+
+
 def main(argv: list[str] | None = None) -> None:
-    """Build the shipped basis from the converted generator (about 4 minutes on 2 cores)."""
+    """Build the shipped basis from the converted generator (about 30 minutes on 2 cores, most of it the mouth
+    directions)."""
     import argparse
 
     from safetensors.torch import save_file
@@ -362,9 +467,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slots", default=f"{IDENTITY_SLOTS[0]}-{IDENTITY_SLOTS[-1]}", help="first-last identity slot")
     p.add_argument("--out", type=Path, default=identity_basis_dir())
     p.add_argument("--add-coarse", action="store_true", help="add only coarse_edit to the basis in --out (about 3 minutes)")
+    p.add_argument("--add-mouth", type=int, metavar="R", help="add only mouth_directions (R of them) to the basis in --out (about 25 minutes)")
     args = p.parse_args(argv)
     if args.add_coarse:
         _add_coarse_edit(args.out)
+        return
+    if args.add_mouth:
+        _add_mouth_directions(args.out, args.add_mouth)
         return
     first, last = (int(v) for v in args.slots.split("-"))
     slots = tuple(range(first, last + 1))
@@ -384,6 +493,8 @@ def main(argv: list[str] | None = None) -> None:
         "built_by": "python -m zoo.nn.wplus_identity",
     }
     (folder / "config.json").write_text(json.dumps(config, indent=1) + "\n")
+    load_wplus_identity.cache_clear()
+    _add_mouth_directions(folder, MOUTH_DIRECTIONS)
     print(json.dumps({k: v for k, v in config.items() if k != "pose_gradient_deg_per_sigma"}))
 
 
