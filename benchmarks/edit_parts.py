@@ -29,6 +29,7 @@ absolute opening changes. Nothing is tuned here and no recognizer is used. Write
 from __future__ import annotations
 
 import argparse
+import json
 from pathlib import Path
 
 import numpy as np
@@ -101,48 +102,35 @@ def measure(method_name: str, faces: list, keys: int) -> dict[str, dict[str, lis
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def split_rows(values: dict, faces: list, split: str) -> dict[str, dict]:
+    """part -> the results file's row for one split: fringes k/n with the mean share, median opening changes."""
     from zoo.compositing import FOREHEAD_HAIR_LIMIT
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--methods", default="ifadit,dbaf")
-    ap.add_argument("--photos", default=DEFAULT_PHOTOS, help="names from benchmarks.real_photos.REAL_PHOTOS")
-    ap.add_argument("--keys", type=int, default=4)
-    ap.add_argument("--out", default=None)
-    args = ap.parse_args(argv)
-    torch.set_num_threads(1)
-    faces = packaged_faces(256, args.photos.split(","))
-    splits = sorted({f[1] for f in faces}, key=lambda s: s != "tuning")
-    result: dict = {"command": command_line("benchmarks.edit_parts", argv), "keys": args.keys, "limit": FOREHEAD_HAIR_LIMIT, "methods": {}}
-    result["faces"] = {s: sum(f[1] == s for f in faces) for s in splits}
+    idx = {i for i, f in enumerate(faces) if f[1] == split}
+    rows = {}
+    for part in PARTS:
+        v = np.array([[per_key[i] for i in sorted(idx)] for per_key in values["hair"][part]])
+        change = {what: [x for per_key in values[what][part] for i, x in enumerate(per_key) if i in idx and x is not None] for what in ("mouth", "eyes")}
+        med = {f"{what}_median": round(float(np.median(c)), 3) if c else None for what, c in change.items()}
+        rows[part] = {**rate(int((v > FOREHEAD_HAIR_LIMIT).sum()), int(v.size)), "mean": round(float(v.mean()), 3), **med}
+    return rows
+
+
+def write_report(result: dict, out: Path) -> None:
+    """The results JSON and its markdown tables (fringes; opening changes) from ``result``."""
     header = ["| method | split | " + " | ".join(PARTS) + " |", "|---|---|" + "---|" * len(PARTS)]
     hair_lines, open_lines = list(header), list(header)
-    for name in args.methods.split(","):
-        values = measure(name, faces, args.keys)
-        rows: dict = {}
-        for split in splits:
-            idx = {i for i, f in enumerate(faces) if f[1] == split}
-            hair_cells, open_cells = [], []
-            for part in PARTS:
-                v = np.array([[per_key[i] for i in sorted(idx)] for per_key in values["hair"][part]])
-                r = rate(int((v > FOREHEAD_HAIR_LIMIT).sum()), int(v.size))
-                change = {
-                    what: [x for per_key in values[what][part] for i, x in enumerate(per_key) if i in idx and x is not None] for what in ("mouth", "eyes")
-                }
-                med = {what: round(float(np.median(c)), 3) if c else None for what, c in change.items()}
-                rows.setdefault(split, {})[part] = {**r, "mean": round(float(v.mean()), 3), **{f"{w}_median": m for w, m in med.items()}}
-                hair_cells.append(f"{rate_text(r)}; {v.mean():.3f}")
-                open_cells.append(f"{med['mouth']} / {med['eyes']}")
-            hair_lines.append(f"| {name} | {split} | " + " | ".join(hair_cells) + " |")
-            open_lines.append(f"| {name} | {split} | " + " | ".join(open_cells) + " |")
-        result["methods"][name] = {"rows": rows, "values": values, "faces": [[f[0], f[1]] for f in faces]}
+    for name, per in result["methods"].items():
+        for split, rows in per["rows"].items():
+            hair_lines.append(f"| {name} | {split} | " + " | ".join(f"{rate_text(rows[p])}; {rows[p]['mean']:.3f}" for p in PARTS) + " |")
+            open_lines.append(f"| {name} | {split} | " + " | ".join(f"{rows[p]['mouth_median']} / {rows[p]['eyes_median']}" for p in PARTS) + " |")
     lines = [
         "# Which part of the keyed W+ edit draws a fringe over a bare forehead and loses the expression",
         "",
-        f"`{result['command']}`. Faces fitted at the methods' defaults (40 steps, face term 3) and drawn for {args.keys} keys "
+        f"`{result['command']}`. Faces fitted at the methods' defaults (40 steps, face term 3) and drawn for {result['keys']} keys "
         "with parts of the edit left out; no compositing, no guard; dlib is not used.",
         "",
-        f"Fringes: `forehead_hair` over {FOREHEAD_HAIR_LIMIT} against the original crop. Face-keys k/n [95% Wilson]; mean share of the forehead band.",
+        f"Fringes: `forehead_hair` over {result['limit']} against the original crop. Face-keys k/n [95% Wilson]; mean share of the forehead band.",
         "",
         *hair_lines,
         "",
@@ -150,7 +138,34 @@ def main(argv: list[str] | None = None) -> int:
         "",
         *open_lines,
     ]
-    write_results(Path(args.out) if args.out else OUT, result, lines)
+    write_results(out, result, lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from zoo.compositing import FOREHEAD_HAIR_LIMIT
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default="ifadit,dbaf")
+    ap.add_argument("--photos", default=DEFAULT_PHOTOS, help="names from benchmarks.real_photos.REAL_PHOTOS")
+    ap.add_argument("--keys", type=int, default=4)
+    ap.add_argument("--add", action="store_true", help="keep the results file's methods not run now (same photos and keys)")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args(argv)
+    out = Path(args.out) if args.out else OUT
+    torch.set_num_threads(1)
+    faces = packaged_faces(256, args.photos.split(","))
+    splits = sorted({f[1] for f in faces}, key=lambda s: s != "tuning")
+    result: dict = {"command": command_line("benchmarks.edit_parts", argv), "keys": args.keys, "limit": FOREHEAD_HAIR_LIMIT, "methods": {}}
+    result["faces"] = {s: sum(f[1] == s for f in faces) for s in splits}
+    if args.add and out.with_suffix(".json").is_file():
+        before = json.loads(out.with_suffix(".json").read_text())
+        result["methods"] = {m: per for m, per in before["methods"].items() if m not in args.methods.split(",")}
+        result["command"] = before["command"] + " ; " + result["command"]
+    for name in args.methods.split(","):
+        values = measure(name, faces, args.keys)
+        rows = {split: split_rows(values, faces, split) for split in splits}
+        result["methods"][name] = {"rows": rows, "values": values, "faces": [[f[0], f[1]] for f in faces]}
+    write_report(result, out)
     return 0
 
 

@@ -195,3 +195,17 @@ def test_forehead_hair_times_each_run_over_the_photos_timed_for_it():
     assert times["seconds_total"] == {"off": 40.0, "on": 63.0}
     assert times["seconds"] == {"off": 20.0, "on": 21.0} and times["photos_timed"] == {"off": 2, "on": 3}
     assert run_seconds({})["seconds"] == {"off": None, "on": None}
+
+
+def test_edit_parts_rows_count_fringes_and_take_median_changes_per_split():
+    from benchmarks.edit_parts import PARTS, split_rows
+
+    faces = [["a", "tuning"], ["b", "held-out"], ["c", "held-out"]]
+    hair = {p: [[0.0, 0.5, 0.0], [0.2, 0.0, 0.3]] for p in PARTS}  # 2 keys x 3 faces; limit 0.12
+    mouth = {p: [[0.01, None, 0.03], [0.02, 0.05, 0.07]] for p in PARTS}
+    eyes = {p: [[0.0, 0.0, 0.0], [0.0, 0.0, 0.0]] for p in PARTS}
+    rows = split_rows({"hair": hair, "mouth": mouth, "eyes": eyes}, faces, "held-out")
+    full = rows["full"]
+    assert (full["k"], full["n"]) == (2, 4) and full["mean"] == 0.2
+    assert full["mouth_median"] == 0.05 and full["eyes_median"] == 0.0  # None (no mesh) left out
+    assert (split_rows({"hair": hair, "mouth": mouth, "eyes": eyes}, faces, "tuning")["full"]["k"]) == 1

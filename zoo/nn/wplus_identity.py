@@ -43,12 +43,11 @@ The identity code's change skips the directions of u that open or close the mout
 (orthonormal, H) are the r leading right singular vectors of the gradients of the inner-lip gap
 (:func:`zoo.face_mesh.aligned_openings`) per unit of each code coordinate on the generator's own faces
 (:func:`mouth_sensitivity`), and the edit uses du' = (I - H H^T) du, so the drawn face keeps the original's code
-along H. On the tuning photos' real faces the mouth moved with the identity code's change, not with the rotations
-(``python -m benchmarks.edit_parts``: face-mesh inner-lip gap change, ``ifadit`` held-out 0.047 with the code's
-change alone, 0.024 with the rotations alone); one direction dominates the gradients (singular values 0.18, then
-0.05 and less, 8 faces). With r = 1 on the 9 tuning faces x 4 keys the median change fell from 0.024 to 0.015
-(``dbaf``) and 0.027 to 0.023 (``ifadit``), the face-keys past all three guard targets 16 -> 16 and 25 -> 23 of 36
-(r = 2 and 3 lost more of them). The projection is fixed and idempotent, so the inverse call (which reads u from
+along H. On real faces the mouth moved with the identity code's change more than with the rotations (face mesh,
+``python -m benchmarks.edit_parts``); one direction dominates the gradients (singular values 0.21, then 0.06 and
+less, 8 faces), and r = 1 was chosen on the 9 tuning faces x 4 keys (r = 2 and 3 let fewer face-keys past all three
+guard targets). On the held-out faces the median inner-lip gap change fell from 0.029 to 0.017 (``dbaf``) and 0.048 to
+0.027 (``ifadit``), in outer-eye-corner distances (docs/results.md). The projection is fixed and idempotent, so the inverse call (which reads u from
 the anonymized code and projects again) still returns W+ exactly, and the carrier holds the keyed code itself.
 Codes of :mod:`zoo.carrier` blocks of version 8 and earlier were drawn without it (:func:`carried_mouth_kept`).
 """
@@ -328,7 +327,7 @@ def mouth_sensitivity(generator, identity: WPlusIdentity, faces: int = 8, amplit
     """Mouth-opening gradient ``[faces,k]``: the change of the inner-lip gap (:func:`zoo.face_mesh.aligned_openings`,
     over the eye-corner distance) per unit of each identity-code coordinate, one row per generated face (truncation
     0.7; 0 where the mesh misses a face), from the faces drawn with the code moved by +amplitude and -amplitude through
-    :meth:`WPlusIdentity.with_code` (no rotations, no mouth directions), at 256 px. About 13 s per coordinate for 8
+    :meth:`WPlusIdentity.with_code` (no rotations, no mouth directions), at 256 px. About 11 s per coordinate for 8
     faces on one core."""
     from ..face_mesh import aligned_openings
     from ..inversion import draw_fitted
