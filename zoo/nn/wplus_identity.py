@@ -267,6 +267,20 @@ class WPlusIdentity(torch.nn.Module):
 
 
 @torch.no_grad()
+def _signed_columns(v: torch.Tensor) -> torch.Tensor:
+    """``v`` with each column's sign flipped so that its largest-magnitude entry is positive: directions that are the
+    same wherever they are computed."""
+    return v * torch.sign(v.gather(0, v.abs().argmax(0, keepdim=True)))
+
+
+def _generated_wplus(generator, faces: int, seed: int) -> torch.Tensor:
+    """W+ ``[faces,23,512]`` of ``faces`` of the generator's own faces (truncation 0.7, one style in every slot)."""
+    from .mobilestylegan import as_wplus
+
+    gen = torch.Generator().manual_seed(seed)
+    return as_wplus(generator.style(torch.randn(faces, STYLE_DIM, generator=gen), 0.7)).contiguous()
+
+
 def principal_directions(mapping: torch.nn.Module, n: int = 20000, seed: int = 0) -> dict[str, torch.Tensor]:
     """All 512 principal directions of w = mapping(z), z ~ N(0, I) (``n`` samples, float64), by decreasing
     variance: ``directions [512,512]`` (columns; each column's largest-magnitude entry positive, so they are
@@ -277,9 +291,7 @@ def principal_directions(mapping: torch.nn.Module, n: int = 20000, seed: int = 0
     cov = (ws - mean).T @ (ws - mean) / (len(ws) - 1)
     evals, evecs = torch.linalg.eigh(cov)
     order = torch.argsort(evals, descending=True)
-    vecs = evecs[:, order]
-    signs = torch.sign(vecs.gather(0, vecs.abs().argmax(0, keepdim=True)))
-    return {"directions": vecs * signs, "sigma": evals[order].clamp_min(1e-12).sqrt(), "w_mean": mean}
+    return {"directions": _signed_columns(evecs[:, order]), "sigma": evals[order].clamp_min(1e-12).sqrt(), "w_mean": mean}
 
 
 @torch.no_grad()
@@ -293,18 +305,18 @@ def pose_sensitivity(
     from ..alignment import ffhq_template
     from ..face3d.landmarks import angle_difference
     from ..face_mesh import mesh_head_pose
+    from ..imageio import from_tensor
     from ..inversion import draw_fitted
 
     template = ffhq_template(256)
-    gen = torch.Generator().manual_seed(seed)
-    w = generator.style(torch.randn(faces, STYLE_DIM, generator=gen), 0.7)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+    w = _generated_wplus(generator, faces, seed)
     out = []
     for k in range(directions.shape[1]):
         step = (directions[:, k] * sigma[k] * amplitude).float()
         wp = torch.cat([w, w])
         wp[:faces, list(slots)] += step
         wp[faces:, list(slots)] -= step
-        images = ((draw_fitted(generator, wp).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+        images = from_tensor(draw_fitted(generator, wp))
         poses = np.array([mesh_head_pose(im, template) for im in images])
         out.append(torch.as_tensor(angle_difference(poses[:faces], poses[faces:])).mean(0) / (2 * amplitude))
     return torch.stack(out)
@@ -330,17 +342,17 @@ def mouth_sensitivity(generator, identity: WPlusIdentity, faces: int = 8, amplit
     :meth:`WPlusIdentity.with_code` (no rotations, no mouth directions), at 256 px. About 11 s per coordinate for 8
     faces on one core."""
     from ..face_mesh import aligned_openings
+    from ..imageio import from_tensor
     from ..inversion import draw_fitted
 
-    gen = torch.Generator().manual_seed(seed)
-    w = generator.style(torch.randn(faces, STYLE_DIM, generator=gen), 0.7)[:, None].expand(-1, NUM_SLOTS, -1).contiguous()
+    w = _generated_wplus(generator, faces, seed)
     u = identity.code(w)
     rows = []
     for j in range(identity.dim):
         step = torch.zeros(identity.dim)
         step[j] = amplitude
         wp = torch.cat([identity.with_code(w, u + step, mouth=False), identity.with_code(w, u - step, mouth=False)])
-        images = ((draw_fitted(generator, wp, 256).clamp(-1, 1) + 1) * 127.5).round().byte().permute(0, 2, 3, 1).numpy()
+        images = from_tensor(draw_fitted(generator, wp, 256))
         gap = torch.tensor([(o[0] if (o := aligned_openings(im)) is not None else float("nan")) for im in images], dtype=torch.float64)
         rows.append(torch.nan_to_num((gap[:faces] - gap[faces:]) / (2 * amplitude)))
     return torch.stack(rows, 1)
@@ -349,8 +361,7 @@ def mouth_sensitivity(generator, identity: WPlusIdentity, faces: int = 8, amplit
 def leading_directions(gradients: torch.Tensor, r: int) -> torch.Tensor:
     """The ``r`` leading right singular vectors ``[k,r]`` (orthonormal) of per-face gradients ``[faces,k]``, each
     signed so that its largest-magnitude entry is positive."""
-    v = torch.linalg.svd(gradients.double(), full_matrices=False)[2][:r].T
-    return (v * torch.sign(v.gather(0, v.abs().argmax(0, keepdim=True)))).float()
+    return _signed_columns(torch.linalg.svd(gradients.double(), full_matrices=False)[2][:r].T).float()
 
 
 def _gradient_table(grad: torch.Tensor) -> dict[str, list[float]]:
@@ -367,8 +378,7 @@ def build_identity_basis(generator, k: int = 100, n: int = 20000, seed: int = 0,
     grad = pose_sensitivity(generator, U, sigma, slots).double()  # [K,3] degrees per sigma
     pose = torch.linalg.qr(grad)[0]  # [K,3] orthonormal pose gradients in whitened coordinates
     full = torch.linalg.qr(torch.cat([pose, torch.eye(big_k, dtype=pose.dtype)], 1))[0]  # pose first, then the rest
-    Q = full[:, 3:big_k]
-    Q = Q * torch.sign(Q.gather(0, Q.abs().argmax(0, keepdim=True)))
+    Q = _signed_columns(full[:, 3:big_k])
     coarse, coarse_grad = pose_free_edit(generator, U, sigma, Q)
     tensors = {
         "code_matrix": (U / sigma) @ Q,
@@ -466,7 +476,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--slots", default=f"{IDENTITY_SLOTS[0]}-{IDENTITY_SLOTS[-1]}", help="first-last identity slot")
     p.add_argument("--out", type=Path, default=identity_basis_dir())
     p.add_argument("--add-coarse", action="store_true", help="add only coarse_edit to the basis in --out (about 3 minutes)")
-    p.add_argument("--add-mouth", type=int, metavar="R", help="add only mouth_directions (R of them) to the basis in --out (about 25 minutes)")
+    p.add_argument("--add-mouth", type=int, metavar="R", help="add only mouth_directions (R of them) to the basis in --out (about 18 minutes on one core)")
     args = p.parse_args(argv)
     if args.add_coarse:
         _add_coarse_edit(args.out)
