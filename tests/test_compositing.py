@@ -175,6 +175,27 @@ def test_sharpness_match_sharpens_soft_edges_of_a_clean_face():
     assert 0.6 * target < compositing.laplacian_variance(out, mask) < 1.4 * target
 
 
+@pytest.mark.parametrize("new_kind", ["sharp", "smooth"])
+def test_sharpness_match_reads_only_the_mask_and_its_margin(new_kind):
+    # the search runs on the mask's support grown by SUPPORT_MARGIN: pixels beyond it must not change the result
+    rng = np.random.default_rng(7)
+    textured = np.clip(128 + rng.normal(0, 25, (160, 160, 3)), 0, 255).astype(np.uint8)
+    reference = cv2.GaussianBlur(textured, (0, 0), 1.0) if new_kind == "sharp" else textured
+    new = textured if new_kind == "sharp" else cv2.GaussianBlur(textured, (0, 0), 3)
+    mask = np.zeros((160, 160), bool)
+    mask[60:100, 50:110] = True
+    out, what = compositing.match_sharpness(new, reference, mask)
+    assert what.startswith("blurred" if new_kind == "sharp" else "grain")
+    far = np.ones((160, 160), bool)
+    m = compositing.SUPPORT_MARGIN
+    far[60 - m : 100 + m, 50 - m : 110 + m] = False
+    new_b, reference_b = new.copy(), reference.copy()
+    new_b[far], reference_b[far] = 255 - new_b[far], rng.integers(0, 256, (int(far.sum()), 3), dtype=np.uint8)
+    out_b, what_b = compositing.match_sharpness(new_b, reference_b, mask)
+    assert what_b == what
+    assert np.array_equal(out_b[mask], out[mask])
+
+
 @pytest.mark.parametrize("mode", ["feather", "poisson"])
 def test_blend_leaves_pixels_outside_the_mask_bit_identical(mode):
     canvas, new = _patch((60, 80, 100), 30, 128, seed=4), _patch((200, 180, 160), 30, 128, seed=5)

@@ -705,6 +705,36 @@ def test_looks_never_outrank_privacy():
     assert variant == 0 and tried == 2 and not check.passes(g) and not check.looks_right()
 
 
+def test_a_wider_region_keeps_the_variant_without_a_fringe_but_looks_never_widen_it():
+    """Drawn wider, two key variants both past every target at the same reach: the one without a fringe is kept,
+    whichever came first. When only the fringed one is past them at the first wider reach, it is kept there: the
+    region is not widened further for looks."""
+    from zoo.guard import STRONGER_REACHES, guard_for, protect
+
+    g = guard_for()
+    far = (g.target + 0.1, g.faceres_target + 0.1, g.mobileface_target + 0.1)
+    short = (g.floor + 0.01, g.faceres_target - 0.05, g.mobileface_target + 0.1)  # short of FaceRes's target
+    bare, fringed = _bare_and_fringed()
+    drawn = [fringed, bare]
+    crop = np.full((64, 64, 3), (205, 160, 135), np.uint8)
+
+    def run(strong_from: dict[int, float]):
+        """Variant n is past every target from reach ``strong_from[n]`` on, short of FaceRes's target before."""
+
+        def distances(candidate, which, reach=None):
+            n = 0 if candidate[0] is fringed else 1
+            r = (reach or {}).get(0, 0.0)
+            return {i: far if r >= strong_from[n] else short for i in which}
+
+        _, _, variants, checks = protect(_VariantPipeline(drawn), g, crop[None], [0], None, {}, [drawn[0]], [None], distances, None, STRONGER_REACHES)
+        return variants[0], checks[0]
+
+    variant, check = run({0: STRONGER_REACHES[0], 1: STRONGER_REACHES[0]})
+    assert variant == 1 and check.reach == STRONGER_REACHES[0] and check.looks_right() and all(check.strength(g))
+    variant, check = run({0: STRONGER_REACHES[0], 1: STRONGER_REACHES[1]})
+    assert variant == 0 and check.reach == STRONGER_REACHES[0] and not check.looks_right() and all(check.strength(g))
+
+
 def test_the_fringe_is_measured_once_per_drawn_face_not_at_every_reach(monkeypatch):
     """The drawn crop does not change with the compositing reach: ``forehead_hair`` runs once per (face, variant),
     however many wider reaches the guard tries; every check still carries it."""

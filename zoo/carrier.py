@@ -407,11 +407,16 @@ def extract_all(rgb: np.ndarray, tag: int | None = None) -> list[CarriedLatent]:
     h, w = low.shape[:2]
     if h < 2 or w < BLOCK_WIDTH:
         return []
-    hit = np.ones((h, w - 4), dtype=bool)
-    for k in range(5):  # candidate origins: the five magic pixels in a row
-        hit &= (low[:, k : w - 4 + k] == _MAGIC_SYMBOLS[k]).all(-1)
+    # candidate origins: the five magic pixels in a row, each pixel's three 2-bit symbols read as one 6-bit number;
+    # the first magic pixel is searched over the photo, the other four only where it was found
+    packed = (low[..., 0] << 4) | (low[..., 1] << 2) | low[..., 2]
+    magic = [(int(m[0]) << 4) | (int(m[1]) << 2) | int(m[2]) for m in _MAGIC_SYMBOLS]
+    ys, xs = np.nonzero(packed[:, : w - 4] == magic[0])
+    for k in range(1, 5):
+        keep = packed[ys, xs + k] == magic[k]
+        ys, xs = ys[keep], xs[keep]
     found = []
-    for y0, x0 in zip(*np.nonzero(hit)):
+    for y0, x0 in zip(ys, xs):
         c = _decode_at(low, int(x0), int(y0))
         if c is not None and (tag is None or c.tag == tag):
             found.append(c)

@@ -324,7 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Invert every face into the generator's W+ (the W+ encoder's estimate, then Adam refinement at 256 px), draw it at the face's size and paste it back; writes OUT/<name>__reconstructed.png and .json.",
     )
     s.add_argument("inputs", nargs="+", help="image files, folders (recursive), glob patterns, or example:NAME")
-    s.add_argument("--steps", type=int, help="refinement steps (default: zoo.inversion.DEFAULT_STEPS, 40: about 7 s per face on 2 cores)")
+    s.add_argument("--steps", type=int, help="refinement steps (default: zoo.inversion.DEFAULT_STEPS, 40: 7-15 s per face on 2 cores, by the CPU)")
     s.add_argument("--identity-weight", type=float, help="weight of the SFace identity term (default: zoo.inversion.DEFAULT_IDENTITY_WEIGHT, 1.0)")
     s.add_argument("--face-weight", type=float, help="weight of the face-region pixel term (default: zoo.inversion.DEFAULT_FACE_WEIGHT, 3.0)")
     s.add_argument("--no-encoder", action="store_true", help="start refinement from the average face, not the W+ encoder's estimate")

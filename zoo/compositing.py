@@ -62,6 +62,9 @@ FEATURE_POINTS = (
     (300, 293, 334, 296, 336, 285, 295, 282, 283, 276),  # image-right brow
     (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185),  # outer lips
 )
+#: pixels around a mask's support that :func:`match_sharpness` reads: more than the reach of its widest filter
+#: (the 3x3 Laplacian on a Gaussian blur of sigma <= 4, whose 8-bit kernel reaches 12 px)
+SUPPORT_MARGIN = 16
 #: limits of the L-channel spread ratio in :func:`match_colour` (shading kept)
 L_SPREAD_RANGE = (0.8, 1.25)
 #: sharpness ratio (Laplacian variance, new / original) accepted without change
@@ -189,11 +192,21 @@ def _rgb(lab: np.ndarray) -> np.ndarray:
     return np.clip(np.rint(cv2.cvtColor(lab.astype(np.float32), cv2.COLOR_LAB2RGB) * 255.0), 0, 255).astype(np.uint8)
 
 
+def _weighted_stats(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Mask-weighted mean and standard deviation per channel of ``values`` ``[H,W,C]`` (or ``[H,W]``) under
+    ``mask`` (weights or bool, ``[H,W]``), in float64; only the pixels of non-zero weight are read (zeros if none)."""
+    wgt = np.asarray(mask, dtype=np.float64).ravel()
+    keep = np.flatnonzero(wgt)
+    flat = np.asarray(values).reshape(wgt.size, -1)[keep].astype(np.float64)
+    wgt = wgt[keep, None]
+    total = max(float(wgt.sum()), 1e-6)
+    mean = (flat * wgt).sum(0) / total
+    return mean, np.sqrt(((flat - mean) ** 2 * wgt).sum(0) / total)
+
+
 def mean_lab(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """Mask-weighted mean Lab colour (L in 0-100) of uint8 ``rgb``."""
-    wgt = np.asarray(mask, dtype=np.float64)
-    lab = _lab(rgb).reshape(-1, 3).astype(np.float64)
-    return (lab * wgt.reshape(-1, 1)).sum(0) / max(wgt.sum(), 1e-6)
+    return _weighted_stats(_lab(rgb), mask)[0]
 
 
 def delta_e(a: np.ndarray, b: np.ndarray) -> float:
@@ -204,19 +217,10 @@ def delta_e(a: np.ndarray, b: np.ndarray) -> float:
 def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
     """uint8 ``new`` with its Lab statistics inside ``mask`` (weights, same [H, W]) moved to ``reference``'s:
     every channel's mean, the a/b spread, and the L spread within :data:`L_SPREAD_RANGE` (shading kept)."""
-    wgt = np.asarray(mask, dtype=np.float64).reshape(-1, 1)
-    if wgt.sum() < 4:
+    if np.asarray(mask, dtype=np.float64).sum() < 4:
         return np.array(new, dtype=np.uint8, copy=True)
-    lab_new, lab_ref = _lab(new), _lab(reference)
-    total = wgt.sum()
-
-    def stats(lab: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        flat = lab.reshape(-1, 3).astype(np.float64)
-        mean = (flat * wgt).sum(0) / total
-        std = np.sqrt(((flat - mean) ** 2 * wgt).sum(0) / total)
-        return mean, std
-
-    (mu_n, sd_n), (mu_r, sd_r) = stats(lab_new), stats(lab_ref)
+    lab_new = _lab(new)
+    (mu_n, sd_n), (mu_r, sd_r) = _weighted_stats(lab_new, mask), _weighted_stats(_lab(reference), mask)
     ratio = sd_r / np.maximum(sd_n, 1e-3)
     ratio[0] = np.clip(ratio[0], *L_SPREAD_RANGE)
     ratio[1:] = np.clip(ratio[1:], 0.5, 2.0)
@@ -246,43 +250,55 @@ def match_colour_zones(new: np.ndarray, reference: np.ndarray, mask: np.ndarray,
 def laplacian_variance(rgb: np.ndarray, mask: np.ndarray) -> float:
     """Mask-weighted variance of the grey Laplacian (a sharpness measure; higher is sharper)."""
     grey = cv2.cvtColor(np.asarray(rgb, dtype=np.uint8), cv2.COLOR_RGB2GRAY).astype(np.float32)
-    lap = cv2.Laplacian(grey, cv2.CV_32F, ksize=3).astype(np.float64)
-    wgt = np.asarray(mask, dtype=np.float64)
-    total = max(wgt.sum(), 1e-6)
-    mean = (lap * wgt).sum() / total
-    return float(((lap - mean) ** 2 * wgt).sum() / total)
+    return float(_weighted_stats(cv2.Laplacian(grey, cv2.CV_32F, ksize=3), mask)[1][0] ** 2)
 
 
 def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
     """uint8 ``new`` brought to ``reference``'s sharpness inside ``mask``: blurred when its Laplacian variance is
     above :data:`SHARPNESS_BAND`; when below, given the grain it lacks (see :func:`noise_level`) and, if still
     below, an unsharp mask (radius 1 px) just strong enough. The grain is seeded (``seed``): the same inputs give
-    the same output. Returns (image, what was done)."""
-    target = laplacian_variance(reference, mask)
-    have = laplacian_variance(new, mask)
+    the same output. Returns (image, what was done). The measures read only the mask's support and the
+    :data:`SUPPORT_MARGIN` px around it (every filter here reaches less far), so the search runs on that part."""
+    box = _support_box(mask, SUPPORT_MARGIN)
+    part_mask = np.asarray(mask)[box]
+    target = laplacian_variance(reference[box], part_mask)
+    have = laplacian_variance(new[box], part_mask)
     if target <= 0 or SHARPNESS_BAND[0] * target <= have <= SHARPNESS_BAND[1] * target:
         return np.array(new, dtype=np.uint8, copy=True), "kept"
     if have > target:
-        sigma = _bisect(lambda s: laplacian_variance(cv2.GaussianBlur(new, (0, 0), s), mask) > target, 0.0, 4.0)
+        part = np.ascontiguousarray(new[box])
+        sigma = _bisect(lambda s: laplacian_variance(cv2.GaussianBlur(part, (0, 0), s), part_mask) > target, 0.0, 4.0)
         return cv2.GaussianBlur(new, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE), f"blurred (sigma={sigma:.2f})"
     # smoother than the photo: first the photo's grain (its robust noise level), then, if the edges are still
     # softer, an unsharp mask under the grain
-    grain_sigma = float(np.sqrt(max(noise_level(reference, mask) ** 2 - noise_level(new, mask) ** 2, 0.0)))
+    grain_sigma = float(np.sqrt(max(noise_level(reference[box], part_mask) ** 2 - noise_level(new[box], part_mask) ** 2, 0.0)))
     grain = np.random.default_rng(seed).normal(0.0, grain_sigma, new.shape[:2]).astype(np.float32)[..., None]
     base = new.astype(np.float32)
     soft = cv2.GaussianBlur(base, (0, 0), 1.0)
 
-    def render(amount: float) -> np.ndarray:
-        return np.clip(np.rint(base + amount * (base - soft) + grain), 0, 255).astype(np.uint8)
+    def render(amount: float, where: tuple[slice, slice] = (slice(None), slice(None))) -> np.ndarray:
+        b = base[where]
+        return np.clip(np.rint(b + amount * (b - soft[where]) + grain[where]), 0, 255).astype(np.uint8)
 
     done = []
     if grain_sigma >= 0.5:
         done.append(f"grain (sigma={grain_sigma:.2f})")
     amount = 0.0
-    if laplacian_variance(render(0.0), mask) < SHARPNESS_BAND[0] * target:
-        amount = _bisect(lambda a: laplacian_variance(render(a), mask) < target, 0.0, MAX_UNSHARP)
+    if laplacian_variance(render(0.0, box), part_mask) < SHARPNESS_BAND[0] * target:
+        amount = _bisect(lambda a: laplacian_variance(render(a, box), part_mask) < target, 0.0, MAX_UNSHARP)
         done.append(f"unsharp (amount={amount:.2f})")
     return render(amount), ", ".join(done) or "kept"
+
+
+def _support_box(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
+    """Row and column slices of the bounding box of ``mask > 0`` grown by ``margin`` px, clipped to the mask; the
+    whole mask where it is empty."""
+    rows, cols = np.nonzero(np.asarray(mask) > 0)
+    if rows.size == 0:
+        return slice(None), slice(None)
+    h, w = np.asarray(mask).shape[:2]
+    y0, y1 = max(int(rows.min()) - margin, 0), min(int(rows.max()) + margin + 1, h)
+    return slice(y0, y1), slice(max(int(cols.min()) - margin, 0), min(int(cols.max()) + margin + 1, w))
 
 
 def _bisect(below: Callable[[float], bool], lo: float, hi: float, steps: int = 10) -> float:
@@ -426,14 +442,19 @@ def composite_face(
     stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
     if stats_mask.sum() < 16:
         stats_mask = mask > 0
+    # colour and blend are per pixel given the statistics: only the mask's support (and the margin the sharpness
+    # filters read) is worked on; the rest of the region of interest is never shown
+    box = _support_box(mask, SUPPORT_MARGIN)
+    coloured = warped.copy()
     if default_region is not None and default_region is not mask:  # a widened region: face and band matched apart
-        coloured = match_colour_zones(warped, ref, stats_mask, default_region)
+        coloured[box] = match_colour_zones(warped[box], ref[box], stats_mask[box], default_region[box])
     else:
-        coloured = match_colour(warped, ref, stats_mask)
-    shift = delta_e(mean_lab(warped, stats_mask), mean_lab(coloured, stats_mask))
+        coloured[box] = match_colour(warped[box], ref[box], stats_mask[box])
+    shift = delta_e(mean_lab(warped[box], stats_mask[box]), mean_lab(coloured[box], stats_mask[box]))
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
-    out[y0:y1, x0:x1] = blend(out[y0:y1, x0:x1], textured, mask, blend_mode)
+    roi = out[y0:y1, x0:x1]
+    roi[box] = blend(roi[box], textured[box], mask[box], blend_mode)
     return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
 
 

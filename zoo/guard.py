@@ -34,7 +34,9 @@ The rule:
   :func:`zoo.compositing.region_reach`), over the original's outline, cheeks and hairline, which carry much of what
   a recognizer sees in the photo; the first reach at which no recognizer matches the face nor its wrong-key
   recovery, and both independent recognizers put both past their targets, is kept; a recognized face also takes the first reach at which
-  it is no longer recognized (photos only: an aligned crop has no surroundings);
+  it is no longer recognized (photos only: an aligned crop has no surroundings). At that reach a key variant without
+  a fringe across the forehead is kept over one with it when both are as strong (:meth:`GuardCheck.preference`);
+  looks never widen the region;
 * the face, or its wrong-key recovery, is still recognized by any (SFace distance < ``floor``, its
   published 0.637, which 16% of different-person pairs reach; FaceRes cosine >= :data:`FACERES_FLOOR` or MobileFace
   cosine >= :data:`MOBILEFACE_FLOOR`, each the similarity 5% of different-person pairs reach): its region is
@@ -179,6 +181,11 @@ class GuardCheck:
     def strength(self, guard: "PrivacyGuard") -> tuple[bool, bool]:
         """Order of preference between compositing reaches: not recognized first, then past the independent targets."""
         return (not self.recognized(guard), not self.short_of_independent_targets(guard))
+
+    def preference(self, guard: "PrivacyGuard") -> tuple[bool, bool, bool]:
+        """Order of preference between the (reach, key variant) candidates of a face drawn wider: :meth:`strength`,
+        then one that :meth:`looks_right`. Looks only break a tie in privacy."""
+        return (*self.strength(guard), self.looks_right())
 
     def margin(self, guard: "PrivacyGuard") -> float:
         """How far past every target the face (and its wrong-key recovery) is, in units of each recognizer's
@@ -329,7 +336,8 @@ def protect(
     in turn, every variant drawn for it (``distances(candidate, which, reach={face: reach})`` composes it so); a
     (reach, variant) at which neither the face nor its wrong-key recoveries are recognized replaces the kept one when
     it is stronger (:meth:`GuardCheck.strength`: a recognized face takes the first it is not recognized at, and every
-    face the first that is past the independent targets too; :attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
+    face the first that is past the independent targets too; at that reach a later variant as strong replaces it when
+    only the later one :meth:`~GuardCheck.looks_right`: :meth:`GuardCheck.preference`; :attr:`GuardCheck.reach`). ``face_widths`` (photos: each face's box width in px): a
     face narrower than :data:`MIN_VERIFIED_FACE_PX` is measured once and marked to be blurred, with no key variant or
     wider region tried for it. Returns (outs, latents, variants, checks)."""
     from .compositing import forehead_hair
@@ -410,11 +418,12 @@ def protect(
             got = checked(trial, trial_latents, which, number, wider)
             probe_more(trial, trial_latents, got, wider)
             for i, check in got.items():
-                if not check.recognized(guard) and check.strength(guard) > checks[i].strength(guard):
+                if not check.recognized(guard) and check.preference(guard) > checks[i].preference(guard):
                     check.tried, check.reach = checks[i].tried, float(r)
                     outs[i], latents[i] = drawn[i][number]
                     variants[i], checks[i] = number, check
-            weak = [i for i in weak if not all(checks[i].strength(guard))]
+            weak = [i for i in weak if not all(checks[i].preference(guard))]  # a fringe keeps trying this reach's variants
+        weak = [i for i in weak if not all(checks[i].strength(guard))]  # looks alone never widen the region
     for i in live:
         checks[i].blurred = i in too_small or checks[i].recognized(guard)
         if i in too_small:

@@ -54,7 +54,8 @@ ALIGN_SIZE = 256
 #: face-region term at :data:`DEFAULT_FACE_WEIGHT`. The step count was chosen on the fidelity-time curve of the tuning
 #: faces (``benchmarks/results/reconstruct_real_curve.md``, without the face term: face PSNR median 22.1 / 23.4 / 24.3 /
 #: 25.3 dB and face-mesh distance 7.5 / 6.4 / 5.9 / 5.0 px at 20 / 40 / 60 / 100 steps) as the most steps within 8 s per
-#: face on 2 cores (about 0.16 s per step: 6.9 s per face at 40, 10.1 at 60).
+#: face on 2 cores (about 0.16 s per step: 6.9 s per face at 40, 10.1 at 60). On the 2-core AMD EPYC of
+#: ``benchmarks/results/method_speed_cpu.md`` a step costs about 0.33 s: 12.8-14.5 s for one face's default inversion.
 DEFAULT_STEPS = 40
 DEFAULT_IDENTITY_WEIGHT = 1.0
 #: the face-region term of :func:`reconstruction_loss` in the default inversion, chosen with SFace's identity weight

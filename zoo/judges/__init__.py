@@ -208,12 +208,12 @@ class SFaceJudge(Judge):
             return self._torch_net(x).double().numpy().reshape(-1)
 
     def _embed_photo_face(self, rgb, face):
-        return self._feature(np.ascontiguousarray(rgb[:, :, ::-1]), _yunet_row(face.box, face.landmarks, face.score))
+        return self._feature(cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), _yunet_row(face.box, face.landmarks, face.score))
 
     def _embed_crop(self, crop):
         s = crop.shape[0]
         lm = ffhq_template(s)
-        return self._feature(np.ascontiguousarray(crop[:, :, ::-1]), _yunet_row([0, 0, s, s], lm))
+        return self._feature(cv2.cvtColor(crop, cv2.COLOR_RGB2BGR), _yunet_row([0, 0, s, s], lm))
 
 
 class DlibJudge(Judge):

