@@ -23,7 +23,6 @@ import argparse
 import datetime as _dt
 import json
 import os
-import platform
 import re
 import sys
 import time
@@ -33,6 +32,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
+
+from benchmarks.report import cpu_name
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -46,15 +47,7 @@ def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         name = torch.cuda.get_device_name(device)
     else:
-        name = platform.processor() or "cpu"
-        try:
-            for line in Path("/proc/cpuinfo").read_text().splitlines():
-                if line.startswith("model name"):
-                    name = line.split(":", 1)[1].strip()
-                    break
-        except OSError:
-            pass
-        name = f"cpu-{torch.get_num_threads()}threads-{name}"
+        name = f"cpu-{torch.get_num_threads()}threads-{cpu_name()}"
     return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
 
 

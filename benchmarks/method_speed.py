@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from benchmarks.real_photos import packaged_photos
-from benchmarks.report import command_line, write_results
+from benchmarks.report import command_line, cpu_name, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "method_speed_cpu"
 MODES = {"defaults": {}, "fast": {"refine_steps": 0}}
@@ -46,15 +46,6 @@ STAGES = {
     "recognizers": ("zoo/guard.py", "photo_embeddings"),
 }
 TARGETS = {"fast": {"anonymize": 1.5, "recover": 1.0}, "defaults": {"anonymize": 10.0}}
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
-    try:
-        with open("/proc/cpuinfo") as info:
-            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "cpu"
 
 
 def stage_seconds(profile: cProfile.Profile) -> dict[str, float]:

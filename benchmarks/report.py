@@ -15,6 +15,17 @@ def command_line(module: str, argv: list[str] | None) -> str:
     return f"python -m {module} " + shlex.join(sys.argv[1:] if argv is None else argv)
 
 
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), else what :mod:`platform` says."""
+    import platform
+
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next(line.split(":", 1)[1].strip() for line in info if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine() or "cpu"
+
+
 def run_seconds(fn: Callable[[], object], repeat: int) -> list[float]:
     """Wall seconds of each of ``repeat`` calls of ``fn``, after one untimed warm-up call."""
     fn()

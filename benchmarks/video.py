@@ -37,6 +37,7 @@ import numpy as np
 import torch
 
 import zoo.video as zv
+from benchmarks.report import cpu_name
 from zoo import load
 from zoo.assets import example_images
 from zoo.detection import detect_faces
@@ -208,11 +209,7 @@ def main(argv=None) -> int:
         print(name, json.dumps({k: v for k, v in r.items() if k not in ("tracks",)}), flush=True)
     zv.detect_faces = real_detect
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     import av
 
     doc = {

@@ -209,3 +209,25 @@ def test_edit_parts_rows_count_fringes_and_take_median_changes_per_split():
     assert (full["k"], full["n"]) == (2, 4) and full["mean"] == 0.2
     assert full["mouth_median"] == 0.05 and full["eyes_median"] == 0.0  # None (no mesh) left out
     assert (split_rows({"hair": hair, "mouth": mouth, "eyes": eyes}, faces, "tuning")["full"]["k"]) == 1
+
+
+def test_method_speed_reports_each_run_and_the_stages_it_profiled():
+    import cProfile
+
+    from benchmarks.method_speed import STAGES, report_lines, stage_seconds
+
+    timed = {"method": "dbaf", "mode": "fast", "photo": "biden", "faces": 2, "statuses": {"processed": 1, "guard_blur": 1}}
+    timed |= {"anonymize_s_per_face": 3.1, "recover_s_per_face": 0.6, "anonymize_range": [3.0, 3.2], "recover_range": [0.5, 0.7]}
+    staged = {"method": "dbaf", "mode": "fast", "photo": "biden", "stages_s_per_face": dict.fromkeys(STAGES, 0.25)}
+    result = {"command": "python -m benchmarks.method_speed", "machine": "x86_64, test", "threads": 2, "repeat": 1, "rows": [timed, staged]}
+    text = "\n".join(report_lines(result))
+    assert "| dbaf | fast | biden | 2 (processed 1, guard_blur 1) | 3.1 [3.0 - 3.2] | 0.6 [0.5 - 0.7] |" in text
+    assert "| dbaf | fast | biden | " + " | ".join(["0.25"] * len(STAGES)) + " |" in text
+    from zoo.detection import detect_faces
+
+    profile = cProfile.Profile()
+    profile.enable()
+    detect_faces(np.full((96, 96, 3), 128, np.uint8))
+    profile.disable()
+    seconds = stage_seconds(profile)
+    assert seconds["detection"] > 0 and all(v == 0.0 for k, v in seconds.items() if k != "detection")
