@@ -266,7 +266,6 @@ class WPlusIdentity(torch.nn.Module):
         return out
 
 
-@torch.no_grad()
 def _signed_columns(v: torch.Tensor) -> torch.Tensor:
     """``v`` with each column's sign flipped so that its largest-magnitude entry is positive: directions that are the
     same wherever they are computed."""
@@ -281,6 +280,7 @@ def _generated_wplus(generator, faces: int, seed: int) -> torch.Tensor:
     return as_wplus(generator.style(torch.randn(faces, STYLE_DIM, generator=gen), 0.7)).contiguous()
 
 
+@torch.no_grad()
 def principal_directions(mapping: torch.nn.Module, n: int = 20000, seed: int = 0) -> dict[str, torch.Tensor]:
     """All 512 principal directions of w = mapping(z), z ~ N(0, I) (``n`` samples, float64), by decreasing
     variance: ``directions [512,512]`` (columns; each column's largest-magnitude entry positive, so they are
