@@ -276,6 +276,8 @@ def _bytes(symbols: np.ndarray) -> bytes:
 
 
 _MAGIC_SYMBOLS = _symbols(MAGIC)[:15].reshape(5, 3)  # the first five pixels of every block
+#: the same five pixels, each pixel's three 2-bit symbols read as one 6-bit number (what :func:`extract_all` searches)
+_MAGIC_CODES = [(int(r) << 4) | (int(g) << 2) | int(b) for r, g, b in _MAGIC_SYMBOLS]
 
 
 def _code_mask(width: int, height: int) -> np.ndarray:
@@ -410,10 +412,9 @@ def extract_all(rgb: np.ndarray, tag: int | None = None) -> list[CarriedLatent]:
     # candidate origins: the five magic pixels in a row, each pixel's three 2-bit symbols read as one 6-bit number;
     # the first magic pixel is searched over the photo, the other four only where it was found
     packed = (low[..., 0] << 4) | (low[..., 1] << 2) | low[..., 2]
-    magic = [(int(m[0]) << 4) | (int(m[1]) << 2) | int(m[2]) for m in _MAGIC_SYMBOLS]
-    ys, xs = np.nonzero(packed[:, : w - 4] == magic[0])
+    ys, xs = np.nonzero(packed[:, : w - 4] == _MAGIC_CODES[0])
     for k in range(1, 5):
-        keep = packed[ys, xs + k] == magic[k]
+        keep = packed[ys, xs + k] == _MAGIC_CODES[k]
         ys, xs = ys[keep], xs[keep]
     found = []
     for y0, x0 in zip(ys, xs):
