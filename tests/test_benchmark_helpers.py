@@ -231,3 +231,31 @@ def test_method_speed_reports_each_run_and_the_stages_it_profiled():
     profile.disable()
     seconds = stage_seconds(profile)
     assert seconds["detection"] > 0 and all(v == 0.0 for k, v in seconds.items() if k != "detection")
+
+
+def test_guard_variants_replays_the_guards_choice_and_lets_a_left_out_recognizer_judge():
+    from benchmarks.guard_variants import TARGET_LINES, replay, replay_guard, sighted
+
+    faceres_target, mobileface_target = (1.0 - c for c in TARGET_LINES["20%"])
+    guard = SimpleNamespace(floors=(0.6, 0.4, 0.6), targets=(0.8, faceres_target, mobileface_target))
+    far, short, near = faceres_target + 0.05, faceres_target - 0.01, 0.39  # FaceRes: past its target, short of it, recognized
+    at_reach = {  # (reach, variant) -> SFace, FaceRes, MobileFace distances of the face; no wrong-key probe
+        (None, 0): (0.70, short, 0.9),  # short of the SFace and FaceRes targets
+        (None, 1): (0.78, far, 0.9),  # short of the SFace target only: the best at the default reach
+        (None, 2): (0.90, near, 0.9),  # FaceRes recognizes it
+        (0.1, 0): (0.79, far, 0.9),  # short of the SFace target by less
+        (0.1, 1): (0.75, far, 0.9),
+        (0.1, 2): (0.95, near, 0.9),
+    }
+    face = [{"variant": v, "reach": r, "face_distances": list(d), "wrong_key_distances": None, "forehead_hair": 0.0} for (r, v), d in at_reach.items()]
+    kept = replay_guard(face, 2, sighted(guard, None, "20%"), (0.1,))
+    assert (kept.reach, kept.variant) == (0.1, 0)  # short of a target at the default reach: the larger margin, wider
+    kept = replay_guard(face, 2, sighted(guard, None, "20%"), (0.1,), widening="independent")
+    assert (kept.reach, kept.variant) == (None, 1)  # past both independent targets: the old rule kept it as it was
+    kept = replay_guard(face, 2, sighted(guard, 0, "20%"), (0.1,))
+    assert (kept.reach, kept.variant) == (None, 1)  # without SFace, variant 1 is done: the FaceRes-recognized 2 is never drawn
+    rows = {(r["widening"], r["targets"], r["variants"], r["left_out"]): r for r in replay([face], [2], guard, (0.1,))}
+    assert rows["rank", "20%", 2, "sface"]["median_distance"] == 0.78
+    assert rows["rank", "20%", 2, "sface"]["below_floor"]["k"] == 0 and rows["rank", "20%", 2, "sface"]["short_of_target"]["k"] == 1
+    assert rows["rank", "20%", 2, None]["wider_region"] == 1 and rows["rank", "20%", 2, None]["blurred"] == 0
+    assert rows["independent", "20%", 2, None]["wider_region"] == 0
