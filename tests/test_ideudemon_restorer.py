@@ -53,7 +53,7 @@ def test_restorer_path_keeps_outside_pixels_and_changes_the_face():
     outside = (s1["head"] == 0).expand_as(x)
     assert outside.float().mean().item() > 0.05
     assert torch.equal(y[outside], x[outside])  # pixel-exact outside the blend mask
-    inside = (s1["head"] == 1).expand_as(x)
+    inside = (s1["head"] > 0.999).expand_as(x)  # the mask's core: 1 up to float rounding, which differs across CPUs
     assert inside.float().mean().item() > 0.05
     assert not torch.equal(y[inside], step_one_only[inside])  # the restorer's output is what fills the face
     assert (y[inside] - step_one_only[inside]).abs().mean().item() > 0.01
