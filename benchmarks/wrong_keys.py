@@ -1,6 +1,7 @@
 """Wrong keys against real photos: how often does a wrong key give the person back? Judged by dlib over many keys.
 
     python -m benchmarks.wrong_keys [--methods dbaf,hford,ifadit,personal] [--keys 8] [--photos t1,biden,...] [--add]
+    python -m benchmarks.wrong_keys --methods hford --split held-out --keys 2 --jpeg-keys 1   # the README's rows
 
 Each reversible method anonymizes each photo of :data:`benchmarks.real_photos.REAL_PHOTOS` once at its defaults
 (key ``wrong-keys``, privacy guard on), and the anonymized photo (as its lossless save holds it: the carrier block is
@@ -140,6 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(REVERSIBLE))
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
+    ap.add_argument("--split", choices=("all", "tuning", "held-out"), default="all", help="only this split's photos of --photos")
     ap.add_argument("--keys", type=int, default=8, help="wrong keys per face")
     ap.add_argument("--jpeg-keys", type=int, default=1, help="wrong keys per face on a JPEG (quality 95) copy")
     ap.add_argument("--reinvert-keys", type=int, default=0, help="own keys per face applied to the re-inverted pixels (no block)")
@@ -159,7 +161,8 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds = {m: 0.0 for m in methods}
-    for name, split, rgb, refs in judged_photos(eye, args.photos.split(",")):
+    names = [n for n in args.photos.split(",") if n and (args.split == "all" or REAL_PHOTOS[n][0] == args.split)]
+    for name, split, rgb, refs in judged_photos(eye, names):
         originals = guard.photo_embeddings(rgb, [r.place for r in refs])
         for method in methods:
             m = zoo.load(method)

@@ -298,8 +298,14 @@ def test_default_tier_evaluation_leads_the_card_and_method_json(tmp_path, monkey
     }
     (tmp_path / "wplus.json").write_text(json.dumps(wplus))
     (tmp_path / "photos.json").write_text(json.dumps(photos))
+    held_out = {"faces": 79, "anonymized_matched": rate(79), "right_key_matched": rate(79), "face_keys_matched": rate(158), "guard_blurred": 3}
+    shipped_run = {"command": "python -m benchmarks.wrong_keys --methods dbaf --split held-out", "methods": {"dbaf": {"held-out": held_out}}}
+    (tmp_path / "photos_shipped.json").write_text(json.dumps(shipped_run))
     monkeypatch.setattr(bundle, "WPLUS_RESULTS", tmp_path / "wplus.json")
-    monkeypatch.setattr(bundle, "PHOTO_RESULTS", tmp_path / "photos.json")
+    # the shipped setting's run measures the held-out split only: the tuning split comes from the other file, labelled
+    monkeypatch.setattr(
+        bundle, "PHOTO_RESULTS", ((tmp_path / "absent.json", ""), (tmp_path / "photos_shipped.json", ""), (tmp_path / "photos.json", "faster fit"))
+    )
     shipped = json.loads((REPO / "zoo" / "weights" / "dbaf" / "method.json").read_text())
     (tmp_path / "ckpt").mkdir()
     (tmp_path / "ckpt" / "method.json").write_text(json.dumps(shipped))
@@ -309,7 +315,10 @@ def test_default_tier_evaluation_leads_the_card_and_method_json(tmp_path, monkey
     assert ev["tier"].startswith("FFHQ-grade W+")
     assert ev["generated"]["anonymized_same_person"]["value"] == row["anonymized_same_dlib"]["rate"]
     assert ev["generated"]["chance_floor_same_person"]["n"] == 12
-    assert ev["real_held_out"]["recovery_same_person"]["value"] == photos["methods"]["dbaf"]["held-out"]["right_key_matched"]["rate"]
+    assert ev["real_held_out"]["recovery_same_person"]["value"] == held_out["right_key_matched"]["rate"]
+    assert ev["real_held_out"]["recovery_same_person"]["n"] == 79 and ev["real_held_out"]["command"] == shipped_run["command"]
+    assert "faster fit" not in ev["real_held_out"]["data"] and ev["real_tuning"]["data"].endswith("; faster fit")
+    assert ev["real_tuning"]["recovery_same_person"]["value"] == photos["methods"]["dbaf"]["tuning"]["right_key_matched"]["rate"]
     assert ev["real_tuning"]["command"] == "python -m benchmarks.wrong_keys --methods dbaf --keys 2"  # the method's own run
     dcgan = shipped["evaluation"].get("dcgan_tier") or shipped["evaluation"]
     assert ev["dcgan_tier"]["generated"] == dcgan["generated"] and "dcgan_tier" not in ev["dcgan_tier"]
