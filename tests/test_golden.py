@@ -3,10 +3,10 @@
 The tests compare against ``tests/golden/``; ``python tests/test_golden.py [--methods a,b]`` rewrites it.
 
 For every registered method: the packaged astronaut photo anonymized with the key ``golden`` at the
-method's defaults (the W+ methods without their fit and guard: :data:`GOLDEN_CONTROLS`), and for reversible methods the recovery of that output with the same key. Each
-output is stored as the face region (the report's box, doubled, clipped to the photo) in a PNG, plus
-the report's per-face decisions in ``golden.json``. Regenerate only when a change is meant to alter
-outputs, and say so in the commit.
+method's defaults (the W+ methods without their fit and guard: :data:`GOLDEN_CONTROLS`), and for reversible
+methods the recovery of that output with the same key. Each output is stored as the face region (the report's
+box, doubled, clipped to the photo) in a PNG, plus the report's per-face decisions in ``golden.json``. Regenerate
+only when a change is meant to alter outputs, and say so in the commit.
 """
 
 from __future__ import annotations
@@ -40,8 +40,8 @@ def decisions(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 #: run options of the W+ methods' goldens: their fit (Adam on W+) and the guard's choice among near-tied key variants
-#: amplify float summation order, so the same code gave goldens written on one x86 CPU a mean difference of 0.5-0.9
-#: levels on another and, for ``ifadit``, another variant (8.3 levels). Without the fit and the guard the keyed
+#: amplify float summation order: goldens written at the defaults on another machine differed from the same code's
+#: deterministic output here by a mean 0.5-0.9 levels and, for ``ifadit``, by another variant (8.3 levels). Without the fit and the guard the keyed
 #: transform, the generator and the compositing stage are still pinned, and one thread against two moves no face
 #: by more than 0.001 levels on average. The fit and the guard are tested on their own (tests/test_guard.py,
 #: tests/test_demo_backbone.py, tests/test_wplus_encoder.py).

@@ -318,8 +318,9 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
                     "metrics": _pruned(metrics),
                 }
             )
+    photo_results = [(json.loads(path.read_text()), how) for path, how in PHOTO_RESULTS if path.is_file()]
     for split in ("held-out", "tuning"):
-        found = _photo_split(method_name, split)
+        found = _photo_split(photo_results, method_name, split)
         if found is None:
             continue
         result, s, how = found
@@ -361,13 +362,10 @@ def default_tier_entries(method_name: str) -> list[dict[str, Any]]:
     return entries
 
 
-def _photo_split(method_name: str, split: str) -> tuple[dict[str, Any], dict[str, Any], str] | None:
-    """(results file, its ``split`` row of ``method_name``, how the method ran) from the first of :data:`PHOTO_RESULTS`
-    that measures that split, None where none does."""
-    for path, how in PHOTO_RESULTS:
-        if not path.is_file():
-            continue
-        result = json.loads(path.read_text())
+def _photo_split(photo_results: list[tuple[dict[str, Any], str]], method_name: str, split: str) -> tuple[dict[str, Any], dict[str, Any], str] | None:
+    """(results file, its ``split`` row of ``method_name``, how the method ran) from the first of ``photo_results``
+    (:data:`PHOTO_RESULTS` read, in order) that measures that split, None where none does."""
+    for result, how in photo_results:
         row = result.get("methods", {}).get(method_name, {}).get(split)
         if row and row.get("faces"):
             return result, row, how
