@@ -182,8 +182,8 @@ def write_report(result: dict, photos: list[str], transforms: list[str], out: Pa
         " ".join(
             f"{label}: {', '.join(names)}."
             for label, names in (
-                ("Tuning", [k for k in photos if RP.split_of(k) == "tuning"]),
-                ("Held-out", [k for k in photos if RP.split_of(k) == "held-out"]),
+                ("Tuning", RP.in_split(photos, "tuning")),
+                ("Held-out", RP.in_split(photos, "held-out")),
                 ("Transforms", transforms),
             )
             if names

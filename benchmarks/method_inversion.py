@@ -130,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--methods", default="dbaf,personal")
     p.add_argument("--settings", default="20:0,40:3", help="STEPS:FACE_WEIGHT pairs (the refine_steps and face_fit controls)")
-    p.add_argument("--split", choices=("tuning", "held-out", "all"), default="tuning")
+    p.add_argument("--split", choices=RP.SPLITS, default="tuning")
     p.add_argument("--photos", default=None, help="comma-separated photo names (default: every photo of --split but the built crowd)")
     p.add_argument("--no-dlib", action="store_true", help="leave the judge out (a run that chooses a setting)")
     p.add_argument("--threads", type=int, default=None)
@@ -150,7 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     judges = {n: get_judge(n) for n in names}
     dlib_thr = None if a.no_dlib else judges["dlib"].threshold
     wanted = a.photos.split(",") if a.photos else None
-    photos = {k: v for k, v in RP.photos(wanted).items() if (wanted or k != "crowd" and (a.split == "all" or RP.split_of(k) == a.split))}
+    photos = RP.photos(wanted)
+    if not wanted:  # the split's photos (not the tuning photo t1's synthetic crowd)
+        photos = {k: photos[k] for k in RP.in_split(photos, a.split) if k != "crowd"}
     runs: dict = {}
     for method_name in a.methods.split(","):
         for steps, weight in settings:

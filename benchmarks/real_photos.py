@@ -346,6 +346,17 @@ def split_of(name: str) -> str:
     return "tuning" if name == "crowd" else REAL_PHOTOS[name][0]
 
 
+#: the ``--split`` choices of the benchmarks that take one: a split, or ``all``
+SPLITS = ("all", "tuning", "held-out")
+
+
+def in_split(names: Iterable[str], split: str) -> list[str]:
+    """The photos of ``names`` (in order) that belong to ``split`` (:func:`split_of`); ``all`` keeps every one."""
+    if split not in SPLITS:
+        raise ValueError(f"split must be one of {SPLITS}, got {split!r}")
+    return [n for n in names if split == "all" or split_of(n) == split]
+
+
 def _map_points(pts: np.ndarray, how: str, w: int, h: int) -> np.ndarray:
     x, y = pts[:, 0], pts[:, 1]
     if how == "rot90":

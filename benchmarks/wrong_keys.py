@@ -41,7 +41,7 @@ import cv2
 import numpy as np
 
 from benchmarks.appearance import DlibEye, box_iou, judged_photos, record_at
-from benchmarks.real_photos import REAL_PHOTOS
+from benchmarks.real_photos import REAL_PHOTOS, SPLITS, in_split
 from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, write_results
 
 OUT = Path(__file__).resolve().parent / "results" / "wrong_keys"
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default=",".join(REVERSIBLE))
     ap.add_argument("--photos", default=",".join(REAL_PHOTOS), help="names from benchmarks.real_photos.REAL_PHOTOS")
-    ap.add_argument("--split", choices=("all", "tuning", "held-out"), default="all", help="only this split's photos of --photos")
+    ap.add_argument("--split", choices=SPLITS, default="all", help="only this split's photos of --photos")
     ap.add_argument("--keys", type=int, default=8, help="wrong keys per face")
     ap.add_argument("--jpeg-keys", type=int, default=1, help="wrong keys per face on a JPEG (quality 95) copy")
     ap.add_argument("--reinvert-keys", type=int, default=0, help="own keys per face applied to the re-inverted pixels (no block)")
@@ -161,7 +161,7 @@ def main(argv: list[str] | None = None) -> int:
     methods = [m for m in args.methods.split(",") if m]
     rows: dict[str, list[dict]] = {m: [] for m in methods}
     seconds = {m: 0.0 for m in methods}
-    names = [n for n in args.photos.split(",") if n and (args.split == "all" or REAL_PHOTOS[n][0] == args.split)]
+    names = in_split([n for n in args.photos.split(",") if n], args.split)
     for name, split, rgb, refs in judged_photos(eye, names):
         originals = guard.photo_embeddings(rgb, [r.place for r in refs])
         for method in methods:

@@ -21,6 +21,16 @@ def test_every_photo_is_tuning_or_held_out_and_annotated():
     assert RP.split_of("crowd") == "tuning"  # built from t1
 
 
+def test_in_split_keeps_the_order_and_only_that_splits_photos():
+    names = list(RP.REAL_PHOTOS)
+    held_out, tuning = RP.in_split(names, "held-out"), RP.in_split(names, "tuning")
+    assert held_out and tuning and sorted(held_out + tuning) == sorted(names)
+    assert held_out == [n for n in names if RP.REAL_PHOTOS[n][0] == "held-out"]
+    assert RP.in_split(names, "all") == names and RP.in_split(["crowd"], "tuning") == ["crowd"]
+    with pytest.raises(ValueError, match="split must be one of"):
+        RP.in_split(names, "heldout")
+
+
 def test_one_person_is_never_on_both_sides():
     held_out = {n for n, (s, _) in RP.REAL_PHOTOS.items() if s == "held-out"}
     tuning = set(RP.REAL_PHOTOS) - held_out
