@@ -278,7 +278,7 @@ def test_recovery_composites_over_the_region_the_anonymized_face_took(personal, 
 
     rgb, _ = load_image(example_images()["astronaut"])
 
-    def widened(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None, caches=None):
+    def widened(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
         return outs, latents, [0] * len(outs), [GuardCheck(0.9, 0.9, reach=0.15) for _ in outs]
 
     monkeypatch.setattr(pipeline.DeidPipeline, "_guard_faces", widened)

@@ -252,34 +252,6 @@ def test_composite_at_the_image_border(astronaut):
     assert not np.array_equal(out, cut)
 
 
-def test_the_compositing_cache_gives_the_same_photo_and_does_the_work_once(astronaut, monkeypatch):
-    """The guard composes a photo again for every candidate: with a :class:`CompositeCache` the result is bit-identical
-    to composing afresh (on any canvas: only the blend reads it), each (crop, reach) is prepared once and each
-    reach's region found once; another photo's cache is refused; the budget bounds what it holds."""
-    rgb, face = astronaut
-    al = align_face(rgb, face.landmarks, 256)
-    new_face = np.clip(al.crop.astype(int) + [30, -20, 10], 0, 255).astype(np.uint8)
-    other = np.clip(al.crop.astype(int) - 40, 0, 255).astype(np.uint8)
-    canvas = np.ascontiguousarray(rgb[::-1])  # a canvas that is not the original: the blend reads it
-    cache = compositing.CompositeCache(rgb)
-    prepared, regions = [], []
-    real_prepare, real_regions = compositing.prepare_face, compositing.face_region_masks
-    monkeypatch.setattr(compositing, "prepare_face", lambda *a, **kw: prepared.append(1) or real_prepare(*a, **kw))
-    monkeypatch.setattr(compositing, "face_region_masks", lambda *a, **kw: regions.append(1) or real_regions(*a, **kw))
-    for crop, reach in [(new_face, None), (other, None), (new_face, 0.1), (new_face, None), (other, None), (new_face, 0.1)]:
-        fresh, fresh_info = compositing.composite_face(canvas, rgb, crop, al.matrix, face.landmarks, reach=reach)
-        cached, cached_info = compositing.composite_face(canvas, rgb, crop.copy(), al.matrix, face.landmarks, reach=reach, cache=cache)
-        assert np.array_equal(fresh, cached) and fresh_info == cached_info
-    assert len(prepared) == 6 + 3  # six fresh, three distinct (crop, reach) through the cache
-    assert len(regions) == 6 + 2  # six fresh, two reaches through the cache
-    with pytest.raises(ValueError, match="another photo"):
-        compositing.composite_face(canvas, rgb.copy(), new_face, al.matrix, face.landmarks, cache=cache)
-    small = compositing.CompositeCache(rgb, max_bytes=1)
-    for crop in (new_face, other):
-        compositing.composite_face(canvas, rgb, crop, al.matrix, face.landmarks, cache=small)
-    assert len(small._entries) == 1  # only the last entry is kept past the budget
-
-
 @pytest.mark.slow  # 17 s: two photos through dbaf, the small face found by the detector's extra passes
 def test_report_says_which_mask_each_face_got(astronaut):
     import zoo

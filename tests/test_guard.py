@@ -611,7 +611,7 @@ def test_the_photo_is_composited_with_the_reach_the_guard_chose(astronaut, monke
     from zoo.guard import GuardCheck
 
     def kept_at(reach):
-        def guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None, caches=None):
+        def guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
             return outs, latents, [0] * len(outs), [GuardCheck(0.9, 0.9, reach=reach) for _ in outs]
 
         return guard_faces

@@ -18,10 +18,6 @@ each face). Each step is a small function:
 4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
    the mask is 0 stay bit-identical.
 
-Steps 1-3 read only the original photo and the new face (:func:`prepare_face`), step 4 the canvas too
-(:meth:`PreparedFace.place`). The privacy guard composes one photo again for every candidate of every face; a
-:class:`CompositeCache` does steps 1-3 once per (face, crop, reach) and the mesh region once per (face, reach).
-
 And one check of the drawn face itself, before it is composited: :func:`forehead_hair`, the share of the forehead
 that a generated fringe darkens where the photo shows skin (the replaced region ends at the hairline, so the fringe
 would be cut into a band across the forehead); the privacy guard draws such a face again with another key variant
@@ -32,12 +28,9 @@ All images are uint8 RGB [H, W, 3]; masks float32 [H, W] in [0, 1].
 
 from __future__ import annotations
 
-import hashlib
 import logging
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import cv2
 import numpy as np
@@ -407,39 +400,8 @@ def forehead_hair(original: np.ndarray, drawn: np.ndarray) -> float:
 
 
 # ====================================================================== the stage
-@dataclass
-class PreparedFace:
-    """A face made ready to blend into the photo: everything of :func:`composite_face` that does not read the canvas
-    (region, colour, sharpness). ``roi``: (x0, y0, x1, y1) of the crop's footprint in the photo; ``box``: the part of
-    the ROI the mask reaches (row, column slices); ``face`` uint8 [h, w, 3] and ``mask`` float32 [h, w] in [0, 1]
-    over that box."""
-
-    roi: tuple[int, int, int, int]
-    box: tuple[slice, slice]
-    face: np.ndarray
-    mask: np.ndarray
-    info: CompositeInfo
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.face.nbytes + self.mask.nbytes)
-
-    def place(self, canvas: np.ndarray) -> np.ndarray:
-        """A copy of uint8 ``canvas`` [H, W, 3] with the face blended in (:func:`blend`); bit-identical outside
-        the mask's support."""
-        out = np.array(canvas, dtype=np.uint8, copy=True)
-        x0, y0, x1, y1 = self.roi
-        roi = out[y0:y1, x0:x1]
-        roi[self.box] = blend(roi[self.box], self.face, self.mask, self.info.blend)
-        return out
-
-
-#: ``(ref, landmarks in the ROI, reach, ROI origin (x0, y0)) -> (region, default region, kind)``, as
-#: :func:`face_region_masks` (the origin names the ROI for a memo)
-RegionMasks = Callable[[np.ndarray, np.ndarray, "float | None", tuple[int, int]], "tuple[np.ndarray | None, np.ndarray | None, str]"]
-
-
-def prepare_face(
+def composite_face(
+    canvas: np.ndarray,
     original: np.ndarray,
     crop: np.ndarray,
     matrix: np.ndarray,
@@ -447,17 +409,19 @@ def prepare_face(
     blend_mode: str = "feather",
     seed: int = 0,
     reach: float | None = None,
-    region_masks: RegionMasks | None = None,
-) -> PreparedFace | None:
-    """The canvas-independent part of :func:`composite_face` (same arguments): the new face warped into the photo
-    (area-downsampled when the face is small), its region, colour and sharpness matched to ``original``. None where
-    the crop's footprint in the photo is under 4 px (the caller pastes it). ``region_masks``: where the region comes
-    from (default :func:`face_region_masks`; :class:`CompositeCache` passes a memo)."""
+) -> tuple[np.ndarray, CompositeInfo]:
+    """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in.
+
+    ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
+    ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo; ``reach``:
+    how far beyond the mesh hull the new face replaces the photo (:func:`region_reach`; the 5-point fallback
+    grows by :func:`fallback_mask_scale`).
+    Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
+    """
     from .paste import face_mask, paste_back
 
-    check_blend_mode(blend_mode)
     lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
-    h, w = original.shape[:2]
+    h, w = canvas.shape[:2]
     size = crop.shape[0]
     # the region of interest: the crop's footprint in the photo, clipped
     inv = cv2.invertAffineTransform(np.asarray(matrix, dtype=np.float64))
@@ -465,14 +429,13 @@ def prepare_face(
     x0, y0 = np.maximum(np.floor(corners.min(0)).astype(int), 0)
     x1, y1 = np.minimum(np.ceil(corners.max(0)).astype(int) + 1, [w, h])
     if x1 - x0 < 4 or y1 - y0 < 4:
-        return None
+        return paste_back(canvas, crop, matrix), CompositeInfo("5-point", 0.0, "kept", "feather")
+    # the new face warped into the photo (area-downsampled when the face is small), over the original
+    full_mask = np.ones((size, size), np.float32)
+    warped = paste_back(np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1].copy(), crop, _shifted(matrix, x0, y0), mask=full_mask)
     ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
-    warped = paste_back(ref.copy(), crop, _shifted(matrix, x0, y0), mask=np.ones((size, size), np.float32))
     lm_roi = lm - [x0, y0]
-    if region_masks is None:
-        mask, default_region, kind = face_region_masks(ref, lm_roi, reach)
-    else:
-        mask, default_region, kind = region_masks(ref, lm_roi, reach, (int(x0), int(y0)))
+    mask, default_region, kind = face_region_masks(ref, lm_roi, reach)
     small = is_small_face(lm)
     if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
         mask = _warp_crop_mask(face_mask(size, scale=fallback_mask_scale(lm, reach)), matrix, x0, y0, (x1 - x0, y1 - y0))
@@ -489,89 +452,10 @@ def prepare_face(
         coloured[box] = match_colour(warped[box], ref[box], stats_mask[box])
     shift = delta_e(mean_lab(warped[box], stats_mask[box]), mean_lab(coloured[box], stats_mask[box]))
     textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
-    info = CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
-    return PreparedFace((int(x0), int(y0), int(x1), int(y1)), box, textured[box].copy(), np.array(mask[box], dtype=np.float32), info)
-
-
-class CompositeCache:
-    """The canvas-independent compositing work for one photo (``original``, uint8 [H, W, 3]), remembered: the privacy
-    guard composes the same photo again for every key variant, wider region and wrong-key probe of a face, with the
-    other faces' crops unchanged, and the regions of a face depend only on its landmarks and reach. Results are
-    those of :func:`prepare_face` exactly. Holds at most ``max_bytes`` (the least recently used entries go first)."""
-
-    def __init__(self, original: np.ndarray, max_bytes: int = 64 * 2**20) -> None:
-        self.original = original
-        self.max_bytes = int(max_bytes)
-        self._entries: OrderedDict[tuple, tuple[Any, int]] = OrderedDict()
-        self._bytes = 0
-
-    def _get(self, key: tuple, make: Callable[[], Any], size: Callable[[Any], int]) -> Any:
-        if key in self._entries:
-            self._entries.move_to_end(key)  # least recently used goes first
-            return self._entries[key][0]
-        value = make()
-        nbytes = size(value)
-        self._entries[key] = (value, nbytes)
-        self._bytes += nbytes
-        while self._bytes > self.max_bytes and len(self._entries) > 1:
-            _, (_, dropped) = self._entries.popitem(last=False)
-            self._bytes -= dropped
-        return value
-
-    def _region_masks(self, ref: np.ndarray, lm_roi: np.ndarray, reach: float | None, origin: tuple[int, int]):
-        def nbytes(masks: tuple) -> int:  # the default region may be the region itself
-            return sum(a.nbytes for a in {id(a): a for a in masks[:2] if a is not None}.values())
-
-        key = ("region", origin, ref.shape, np.asarray(lm_roi, np.float64).tobytes(), reach)
-        return self._get(key, lambda: face_region_masks(ref, lm_roi, reach), nbytes)
-
-    def prepare(
-        self, crop: np.ndarray, matrix: np.ndarray, landmarks5: np.ndarray, blend_mode: str = "feather", seed: int = 0, reach: float | None = None
-    ) -> PreparedFace | None:
-        """:func:`prepare_face` of ``crop`` on this photo, computed once per (crop, alignment, landmarks, blend,
-        seed, reach)."""
-        crop = np.ascontiguousarray(crop, dtype=np.uint8)
-        digest = hashlib.blake2b(crop.tobytes(), digest_size=16).digest()
-        key = ("face", digest, crop.shape, np.asarray(matrix, np.float64).tobytes(), np.asarray(landmarks5, np.float64).tobytes(), blend_mode, seed, reach)
-
-        def make() -> PreparedFace | None:
-            return prepare_face(self.original, crop, matrix, landmarks5, blend_mode, seed, reach, self._region_masks)
-
-        return self._get(key, make, lambda p: 0 if p is None else p.nbytes)
-
-
-def composite_face(
-    canvas: np.ndarray,
-    original: np.ndarray,
-    crop: np.ndarray,
-    matrix: np.ndarray,
-    landmarks5: np.ndarray,
-    blend_mode: str = "feather",
-    seed: int = 0,
-    reach: float | None = None,
-    cache: CompositeCache | None = None,
-) -> tuple[np.ndarray, CompositeInfo]:
-    """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in.
-
-    ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
-    ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo; ``reach``:
-    how far beyond the mesh hull the new face replaces the photo (:func:`region_reach`; the 5-point fallback
-    grows by :func:`fallback_mask_scale`); ``cache``: a :class:`CompositeCache` of ``original`` (the same result,
-    computed once). :func:`prepare_face` then :meth:`PreparedFace.place`: works on the face's region of interest
-    only; pixels outside the mask's support stay bit-identical.
-    """
-    from .paste import paste_back
-
-    if cache is not None and cache.original is not original:
-        raise ValueError("the compositing cache belongs to another photo")
-    prepared = (
-        cache.prepare(crop, matrix, landmarks5, blend_mode, seed, reach)
-        if cache is not None
-        else prepare_face(original, crop, matrix, landmarks5, blend_mode, seed, reach)
-    )
-    if prepared is None:
-        return paste_back(canvas, crop, matrix), CompositeInfo("5-point", 0.0, "kept", "feather")
-    return prepared.place(canvas), prepared.info
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    roi = out[y0:y1, x0:x1]
+    roi[box] = blend(roi[box], textured[box], mask[box], blend_mode)
+    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
 
 
 def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:

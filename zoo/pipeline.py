@@ -40,8 +40,6 @@ KEY_MISMATCH = "the key does not match this face's carried code (a wrong key rec
 NO_CODE = "no carried code for this face (recover from the lossless image the tool wrote; a JPEG copy, a resize or an edit loses it)"
 #: recover errors that leave a face exactly as it was
 REFUSED = (KEY_MISMATCH, NO_CODE)
-#: bytes of compositing work (:class:`zoo.compositing.CompositeCache`) one call remembers, all its frames together
-COMPOSITE_CACHE_BYTES = 128 * 2**20
 
 ImageLike = Any  # PIL.Image.Image | np.ndarray (uint8 HxWx3) | str | os.PathLike | bytes | DeidResult
 
@@ -191,7 +189,7 @@ class DeidPipeline:
                 out.append(self._frame_in_photo(rgb, list(fs), list(ix), secret, controls, flat_keys[pos : pos + len(ix)]))
                 pos += len(ix)
             return out
-        from . import alignment, carrier, compositing, paste
+        from . import alignment, carrier, paste
 
         carries = self.method.carries_latent and operation in ("anonymize", "recover")
         tag = carrier.method_tag(self.method.name)
@@ -205,10 +203,6 @@ class DeidPipeline:
         latents_all: list = []
         variants_all: list[int] = [0] * len(flat)
         checks_all: list = [None] * len(flat)
-        # the guard composes each frame again per candidate; the final compose reuses its work (one budget in all)
-        drawn = operation == "anonymize" and self.method.draws_new_face and guard is not None
-        budget = max(COMPOSITE_CACHE_BYTES // max(len(frames), 1), 2**23)
-        caches = {f: compositing.CompositeCache(frames[f], budget) for f in range(len(frames))} if drawn else {}
         if flat:
             crops = np.stack([a.crop for a in aligned_all])
             key_indices = [indices[f][j] for f, j in flat]
@@ -218,7 +212,7 @@ class DeidPipeline:
             if guard is not None and operation == "anonymize":
                 place = [(frames[f], faces[f][j], aligned_all[i].matrix) for i, (f, j) in enumerate(flat)]
                 outs_all, latents_all, variants_all, checks_all = self._guard_faces(
-                    guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all, guard_variants, caches
+                    guard, place, flat, crops, key_indices, secret, controls, outs_all, latents_all, guard_variants
                 )
         results: list[tuple[np.ndarray, list[FaceRecord]]] = []
         pos = 0
@@ -242,7 +236,6 @@ class DeidPipeline:
                 self.method.draws_new_face,
                 [reaches[j] for j in done],
                 self.method.blend_mode,
-                caches.get(f),
             )
             for j, info in zip(done, got):
                 infos[j] = info
@@ -313,11 +306,10 @@ class DeidPipeline:
                 outs[i], errors[i], latents[i] = o[pos], e[pos], lat[pos]
         return outs, errors, latents, variants
 
-    def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None, caches=None):
+    def _guard_faces(self, guard, place, flat, crops, key_indices, secret, controls, outs, latents, n_variants=None):
         """The privacy guard over the faces of frames: :func:`zoo.guard.protect` with the three recognizers' distances of
         each output face, at its place in the composed frame, to the original face. ``place[i]``: (frame, face,
-        alignment matrix) of face i; ``caches``: {frame: :class:`zoo.compositing.CompositeCache`}. Returns (outs,
-        latents, variants, checks)."""
+        alignment matrix) of face i. Returns (outs, latents, variants, checks)."""
         from .guard import STRONGER_REACHES, protect
 
         by_frame: dict[int, list[int]] = {}
@@ -339,7 +331,6 @@ class DeidPipeline:
                     composite=self.method.draws_new_face,
                     reaches=[(reach or {}).get(i) for i in ids],
                     blend_mode=self.method.blend_mode,
-                    cache=(caches or {}).get(f),
                 )
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
@@ -522,14 +513,12 @@ def compose(
     composite: bool = True,
     reaches: Sequence[float | None] | None = None,
     blend_mode: str = "feather",
-    cache: Any = None,
 ) -> np.ndarray:
     """A copy of uint8 ``rgb`` with every output crop put back: composited (``composite``:
     :func:`zoo.compositing.composite_face`, mesh mask, colour, grain, blend) or pasted through the 5-point mask;
     a face without output is blurred. ``infos``, when given, receives one
     :class:`zoo.compositing.CompositeInfo` (or None) per face; ``reaches``: each face's compositing reach (None:
-    the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s; ``cache``: a
-    :class:`zoo.compositing.CompositeCache` of ``rgb`` (the same output, work done once)."""
+    the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s."""
     from . import compositing, paste
 
     compositing.check_blend_mode(blend_mode)  # here: a compositing that fails falls back to the paste
@@ -543,7 +532,7 @@ def compose(
             canvas = paste.paste_back(canvas, out, matrix)
         else:
             try:
-                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks, blend_mode, reach=reach, cache=cache)
+                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks, blend_mode, reach=reach)
             except (cv2.error, ValueError, np.linalg.LinAlgError) as e:  # the plain paste still replaces the face
                 log.warning("compositing failed (%s); pasting the face with the 5-point mask", e)
                 canvas = paste.paste_back(canvas, out, matrix)
