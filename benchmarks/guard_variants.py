@@ -30,7 +30,7 @@ from typing import Iterator
 
 import numpy as np
 
-from benchmarks.real_photos import REAL_PHOTOS, photos, split_of
+from benchmarks.real_photos import REAL_PHOTOS, in_split, photos, split_of
 from benchmarks.report import add_control_option, command_line, method_controls, rate, rate_text, write_results
 from zoo.guard import RECOGNIZERS, STRONGER_REACHES, GuardCheck, guard_for
 
@@ -177,7 +177,7 @@ def replay(faces: list[list[dict]], counts: list[int], guard, reaches: tuple[flo
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--methods", default="hford")
-    ap.add_argument("--photos", default=",".join(n for n in REAL_PHOTOS if REAL_PHOTOS[n][0] == "tuning"))
+    ap.add_argument("--photos", default=",".join(in_split(REAL_PHOTOS, "tuning")))
     ap.add_argument("--variants", type=int, default=7, help="key variants drawn per face beyond the plain key")
     ap.add_argument("--from-json", default=None, help="replay the candidates of an earlier run's JSON instead of drawing them")
     ap.add_argument("--out", default=None)
