@@ -46,7 +46,7 @@ from zoo.detection import detect_faces
 from zoo.face3d.landmarks import LandmarkError, detect_landmarks68, head_pose
 from zoo.face_mesh import face_mesh
 from zoo.imageio import from_tensor, to_tensor
-from zoo.inversion import ALIGN_SIZE, DEFAULT_FACE_WEIGHT, DEFAULT_IDENTITY_WEIGHT, draw_fitted, encode_wplus, refine_wplus
+from zoo.inversion import ALIGN_SIZE, DEFAULT_FACE_WEIGHT, DEFAULT_IDENTITY_WEIGHT, DEFAULT_LR, draw_fitted, encode_wplus, refine_wplus
 from zoo.judges import get_judge
 from zoo.nn.mobilestylegan import load_mobilestylegan
 from zoo.nn.sface import load_sface
@@ -77,12 +77,21 @@ def _median(values) -> float | None:
 
 
 def fidelity_curve(
-    g, target: torch.Tensor, checkpoints: list[int], start: str, identity_weight: float = 0.0, face_weight: float = 0.0
+    g,
+    target: torch.Tensor,
+    checkpoints: list[int],
+    start: str,
+    identity_weight: float = 0.0,
+    face_weight: float = 0.0,
+    lr: float = DEFAULT_LR,
+    lr_decay: float = 0.0,
 ) -> dict[int, tuple[torch.Tensor, float]]:
     """step -> (256 px image, seconds so far) for one FFHQ-aligned ``target [1,3,256,256]``: the start code (``start``
     "encoder", "methods" or "default": :func:`zoo.inversion.encode_wplus`, turned to the head's pose; "w_avg": the
     average face) refined to ``max(checkpoints)`` steps with SFace's identity term at ``identity_weight`` and the
-    face-region term at ``face_weight``; step 0 is the start code itself."""
+    face-region term at ``face_weight``, Adam at ``lr`` decayed over the last ``lr_decay`` of the steps (a decay
+    spans ``max(checkpoints)``, so earlier snapshots are not what fewer steps would give); step 0 is the start code
+    itself."""
     t0 = time.perf_counter()
     code = encode_wplus(target) if start in ("encoder", "methods", "default") else g.mean_wplus(1)
     if code is None:
@@ -97,6 +106,8 @@ def fidelity_curve(
             start=code,
             identity_weight=identity_weight,
             face_weight=face_weight,
+            lr=lr,
+            lr_decay=lr_decay,
             snapshots=tuple(s for s in checkpoints if s > 0),
         ).snapshots
         snaps = {s: (image, seconds + t_start) for s, (image, seconds) in snaps.items()}
@@ -112,6 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--start", choices=("encoder", "w_avg", "methods", "default"), default="w_avg", help="where refinement starts")
     p.add_argument("--identity-weight", type=float, default=None, help="SFace identity term (default: 1.0 with --start methods or default, else 0)")
     p.add_argument("--face-weight", type=float, default=None, help="face-region term (default: zoo.inversion.DEFAULT_FACE_WEIGHT with --start default, else 0)")
+    p.add_argument("--lr", type=float, default=DEFAULT_LR, help="Adam's learning rate (zoo.inversion.DEFAULT_LR)")
+    p.add_argument("--lr-decay", type=float, default=0.0, help="fraction of the last steps the learning rate decays to 0 over")
     p.add_argument("--split", choices=("all", "tuning", "held-out"), default="all", help="run only this split's faces")
     p.add_argument("--no-dlib", action="store_true", help="leave out the dlib judge's measures (choosing a setting)")
     p.add_argument("--threads", type=int, default=2)
@@ -136,7 +149,7 @@ def main(argv: list[str] | None = None) -> int:
         target = to_tensor(crop)
         lm0 = aligned_landmarks(crop, template) if dlib is not None else None
         mesh0 = face_mesh(crop, template)
-        snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight, face_weight)
+        snaps = fidelity_curve(g, target, checkpoints, args.start, identity_weight, face_weight, args.lr, args.lr_decay)
         row = {"photo": name, "split": split, "face": i, "by_steps": {}}
         for s in checkpoints:
             image, seconds = snaps[s]
@@ -205,13 +218,16 @@ def main(argv: list[str] | None = None) -> int:
         "start": args.start,
         "identity_weight": identity_weight,
         "face_weight": face_weight,
+        "lr": args.lr,
+        "lr_decay": args.lr_decay,
         "split": args.split,
         "dlib": dlib is not None,
         "summary": summary,
         "rows": rows,
     }
     lines = [
-        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, SFace identity weight {identity_weight}, face weight {face_weight}, 256 px)",
+        f"# Real faces redrawn by the FFHQ-grade generator (W+ refinement from {args.start}, SFace identity weight {identity_weight}, face weight {face_weight}, "
+        f"Adam lr {args.lr}" + (f" decayed over the last {args.lr_decay:g} of the steps" if args.lr_decay > 0 else "") + ", 256 px)",
         "",
         f"`{result['command'].strip()}`, {args.threads} threads. "
         + ("dlib judge at 0.6; " if dlib is not None else "No dlib measure (a run to choose a setting on). ")

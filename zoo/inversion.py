@@ -19,6 +19,7 @@ Images: float NCHW RGB in [-1,1]; photos uint8 ``[H,W,3]``.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -67,6 +68,11 @@ DEFAULT_IDENTITY_WEIGHT = 1.0
 #: 256 px crop loses 0.8 dB (22.8 -> 22.0), but ``zoo reconstruct`` pastes back only the face region this term weighs.
 #: It and :data:`DEFAULT_STEPS` are also the W+ methods' fit defaults (``face_fit``, ``refine_steps``: ``zoo.methods.fit_controls``).
 DEFAULT_FACE_WEIGHT = 3.0
+#: Adam's learning rate, constant over the steps. On the 42 tuning faces at the default 40 steps, without dlib
+#: (``python -m benchmarks.reconstruct_real --split tuning --no-dlib --start default --steps 40 --lr L --lr-decay D``,
+#: ``benchmarks/results/inversion_lr/``), face PSNR / face-mesh px / FaceRes cosine medians: 25.3 / 3.33 / 0.799 at
+#: (0.04, 0); 24.7 / 4.15 / 0.779 decayed over the last half; 0.08 lost the face on some (22.2 / 3.62 / 0.379
+#: constant, 21.7 / 4.3 / 0.308 decayed). 40 steps stop short of convergence, so a decay only slows them.
 DEFAULT_LR = 0.04
 #: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them
 POSE_ANGLES = ("yaw", "pitch")
@@ -151,13 +157,15 @@ def refine_wplus(
     identity_weight: float = 0.0,
     prior_weight: float = 0.0,
     face_weight: float = 0.0,
+    lr_decay: float = 0.0,
     snapshots: tuple[int, ...] = (),
 ) -> InversionResult:
     """Fit W+ to FFHQ-aligned ``target [B,3,256,256]`` in [-1,1] with ``steps`` Adam steps (see module doc).
 
     Faces are fitted together but independently (the loss is a sum of per-face terms). ``snapshots``: steps at
-    which the image is also kept (a fidelity-time curve from one run). Works under ``inference_mode``/``no_grad``
-    callers.
+    which the image is also kept (a fidelity-time curve from one run). ``lr_decay``: the last fraction of the steps
+    over which the learning rate falls to 0 along a half cosine (0: constant ``lr``). Works under
+    ``inference_mode``/``no_grad`` callers.
     """
     if target.ndim != 4 or target.shape[1:] != (3, ALIGN_SIZE, ALIGN_SIZE):
         raise ValueError(f"target must be [B,3,{ALIGN_SIZE},{ALIGN_SIZE}], got {list(target.shape)}")
@@ -177,6 +185,8 @@ def refine_wplus(
         opt = torch.optim.Adam([w], lr=lr)
         losses, kept = [], {}
         for step in range(1, int(steps) + 1):
+            for group in opt.param_groups:
+                group["lr"] = lr * _decay_factor(step, int(steps), lr_decay)
             opt.zero_grad(set_to_none=True)
             image = draw_fitted(g, w)
             loss = reconstruction_loss(image, target, face_weight)
@@ -193,6 +203,16 @@ def refine_wplus(
         with torch.no_grad():
             image = draw_fitted(g, w)
     return InversionResult(w.detach(), image.detach(), losses, time.perf_counter() - t0, kept)
+
+
+def _decay_factor(step: int, steps: int, decay: float) -> float:
+    """The learning-rate factor at ``step`` (1-based) of ``steps``: 1, then over the last ``decay`` fraction of the
+    steps a half cosine from 1 down to near 0 (the last step still moves)."""
+    if decay <= 0:
+        return 1.0
+    t = (step - 1) / steps  # 0 at the first step, below 1 at the last
+    ramp = min(1.0, (1.0 - t) / min(decay, 1.0))
+    return 0.5 - 0.5 * math.cos(math.pi * ramp)
 
 
 def _draw_size(matrix: np.ndarray) -> int:
