@@ -519,3 +519,15 @@ def test_fine_tuning_one_head_leaves_the_other_as_shipped(tmp_path):
     draft = [k for k in shipped if k.startswith("256.")]
     assert draft and all(torch.equal(state[k], shipped[k].float()) for k in draft)
     assert any(not torch.equal(state[k], shipped[k].float()) for k in shipped if k.startswith("512."))
+
+
+def test_learning_rate_decay_holds_then_falls_over_the_last_fraction():
+    """lr_decay 0 keeps the rate; 0.5 keeps it for the first half of the steps, then lowers it at every step to near
+    0, the last step still moving."""
+    from zoo.inversion import _decay_factor
+
+    assert all(_decay_factor(s, 40, 0.0) == 1.0 for s in range(1, 41))
+    factors = [_decay_factor(s, 40, 0.5) for s in range(1, 41)]
+    assert all(f == 1.0 for f in factors[:20])
+    assert all(a > b for a, b in zip(factors[20:], factors[21:]))
+    assert 0.0 < factors[-1] < 0.05
