@@ -221,6 +221,8 @@ PHOTO_RESULTS: tuple[tuple[Path, str], ...] = (
         "faster fit (-c refine_steps=20 -c face_fit=0) and an earlier privacy guard that drew fewer faces over a wider region",
     ),
 )
+#: the whole-photo appearance results (``benchmarks/appearance.py``) of every method as shipped
+APPEARANCE_RESULTS = REPO / "benchmarks" / "results" / "appearance_guard_rank.json"
 #: how the card and method.json name the 64 px tier the bundle evaluator measured
 DCGAN_TIER = "64 px DCGAN tier (ZOO_LATENT_SPACE=dcgan)"
 
@@ -469,8 +471,8 @@ def _photos_of(per_method: dict, split: str) -> list[str]:
 
 def appearance_section(method_name: str) -> list[tuple[str, str]]:
     """The card's section on whole photos at the defaults (privacy guard and compositing on), from
-    ``benchmarks/results/appearance.json`` (``python -m benchmarks.appearance``) when it holds this method."""
-    path = REPO / "benchmarks" / "results" / "appearance.json"
+    :data:`APPEARANCE_RESULTS` (``python -m benchmarks.appearance``) when it holds this method."""
+    path = APPEARANCE_RESULTS
     if not path.is_file():
         return []
     result = json.loads(path.read_text())
@@ -498,7 +500,7 @@ def appearance_section(method_name: str) -> list[tuple[str, str]]:
             f"| {split} | {s['n']} | {_rate_cell(s['same'])} | {_rate_cell(s.get('guard_blurred'))} | {_rate_cell(s.get('recovered_same'))} | {_rate_cell(s.get('wrong_key_same'))} | {_rate_cell(s['detected'])} "
             f"| {m['face_de']} | {m['ring_de']} | {m['sharpness']} | {pose} | {m['nme']} |"
         )
-    lines += ["", "Source: `benchmarks/results/appearance.md`."]
+    lines += ["", f"Source: `{path.with_suffix('.md').relative_to(REPO).as_posix()}`."]
     return [("Whole photos: privacy, recovery and how the face fits in", "\n".join(lines))]
 
 
