@@ -71,8 +71,9 @@ DEFAULT_FACE_WEIGHT = 3.0
 #: Adam's learning rate, constant over the steps. On the 42 tuning faces at the default 40 steps, without dlib
 #: (``python -m benchmarks.reconstruct_real --split tuning --no-dlib --start default --steps 40 --lr L --lr-decay D``,
 #: ``benchmarks/results/inversion_lr/``), face PSNR / face-mesh px / FaceRes cosine medians: 25.3 / 3.33 / 0.799 at
-#: (0.04, 0); 24.7 / 4.15 / 0.779 decayed over the last half; 0.08 lost the face on some (22.2 / 3.62 / 0.379
-#: constant, 21.7 / 4.3 / 0.308 decayed). 40 steps stop short of convergence, so a decay only slows them.
+#: (0.04, 0); 25.0 / 3.36 / 0.788 at 0.05 and 24.8 / 3.70 / 0.751 at 0.06; 24.7 / 4.15 / 0.779 at 0.04 decayed over
+#: the last half; 0.08 lost the face on some (22.2 / 3.62 / 0.379 constant, 21.7 / 4.3 / 0.308 decayed). 40 steps stop
+#: short of convergence, so a decay only slows them.
 DEFAULT_LR = 0.04
 #: the face mesh's angles the inversion can turn a code to, in the order :func:`mesh_poses` returns them
 POSE_ANGLES = ("yaw", "pitch")
