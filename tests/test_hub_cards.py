@@ -225,10 +225,11 @@ def test_extra_sections_reach_the_card(tmp_path):
     assert "### Every privacy level" not in render_card("personal", tmp_path / "eval.json")
 
 
-@pytest.mark.parametrize("method", ["personal", "ifadit", "dbaf", "hford"])
+@pytest.mark.parametrize("method", ["personal", "ifadit", "dbaf", "hford", "ideudemon"])
 def test_bundled_demo_cards_are_current(method, tmp_path):
     """zoo/weights/<method>/README.md is what training.bundle renders now from the saved evaluation
-    (`python -m training.bundle --method M --card-only` after a template or methods.yaml edit)."""
+    (`python -m training.bundle --method M --card-only` after a template or methods.yaml edit), read from the results
+    file its bundle command wrote (ideudemon's names one with --results)."""
     from training.bundle import REPO, recard
 
     weights = REPO / "zoo" / "weights" / method

@@ -518,16 +518,29 @@ def extra_sections(method_name: str, default: list[dict[str, Any]]) -> list[tupl
     return out + [(title[:1].upper() + title[1:], "\n".join(lines[1:]).strip() + f"\n\nSource: `benchmarks/results/{path.name}`.")]
 
 
+def _bundled_results(index: Mapping[str, Any]) -> Path | None:
+    """The results file (``.json``) the bundle command recorded in ``method.json`` wrote, when it named one
+    (``--results STEM``, relative to the repository)."""
+    evaluation = index.get("evaluation") or {}
+    words = shlex.split((evaluation.get("dcgan_tier") or evaluation).get("command") or "")
+    if "--results" not in words[:-1]:
+        return None
+    stem = Path(words[words.index("--results") + 1])
+    return (stem if stem.is_absolute() else REPO / stem).with_suffix(".json")
+
+
 def recard(method_name: str, folder: str | Path | None = None, results: str | Path | None = None) -> Path:
-    """Render a bundled checkpoint's card again from its saved evaluation (``method.json`` and
+    """Render a bundled checkpoint's card again from its saved evaluation (``method.json`` and the results file its
+    bundle wrote: ``results``, else the ``--results`` stem of the bundle command ``method.json`` records, else
     ``benchmarks/results/<method>_demo_cpu.json``), without evaluating again; a checkpoint that runs on W+ by
     default first gets its evaluation summary from the default tier's results files (:func:`refresh_evaluation`)."""
     folder = Path(folder) if folder else REPO / "zoo" / "weights" / method_name
-    res = Path(results) if results else REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu.json"
-    for need in (folder / "method.json", res):
-        if not need.is_file():
-            raise FileNotFoundError(f"{need} not found: bundle the checkpoint first (python -m training.bundle --method {method_name} ...)")
+    if not (folder / "method.json").is_file():
+        raise FileNotFoundError(f"{folder / 'method.json'} not found: bundle the checkpoint first (python -m training.bundle --method {method_name} ...)")
     index = json.loads((folder / "method.json").read_text())
+    res = Path(results) if results else _bundled_results(index) or REPO / "benchmarks" / "results" / f"{method_name}_demo_cpu.json"
+    if not res.is_file():
+        raise FileNotFoundError(f"{res} not found: bundle the checkpoint first (python -m training.bundle --method {method_name} ...)")
     default = shipped_tier_entries(method_name, index)
     index = refresh_evaluation(folder, index, default)
     layout = json.loads(res.read_text())
