@@ -518,15 +518,20 @@ def extra_sections(method_name: str, default: list[dict[str, Any]]) -> list[tupl
     return out + [(title[:1].upper() + title[1:], "\n".join(lines[1:]).strip() + f"\n\nSource: `benchmarks/results/{path.name}`.")]
 
 
+def _bundle_option(index: Mapping[str, Any], option: str) -> str | None:
+    """The value of ``option`` (e.g. ``--config``) in the bundle command ``method.json`` records, None if it has none."""
+    evaluation = index.get("evaluation") or {}
+    words = shlex.split((evaluation.get("dcgan_tier") or evaluation).get("command") or "")
+    return words[words.index(option) + 1] if option in words[:-1] else None
+
+
 def _bundled_results(index: Mapping[str, Any]) -> Path | None:
     """The results file (``.json``) the bundle command recorded in ``method.json`` wrote, when it named one
     (``--results STEM``, relative to the repository)."""
-    evaluation = index.get("evaluation") or {}
-    words = shlex.split((evaluation.get("dcgan_tier") or evaluation).get("command") or "")
-    if "--results" not in words[:-1]:
+    stem = _bundle_option(index, "--results")
+    if stem is None:
         return None
-    stem = Path(words[words.index("--results") + 1])
-    return (stem if stem.is_absolute() else REPO / stem).with_suffix(".json")
+    return (Path(stem) if Path(stem).is_absolute() else REPO / stem).with_suffix(".json")
 
 
 def recard(method_name: str, folder: str | Path | None = None, results: str | Path | None = None) -> Path:
@@ -546,10 +551,7 @@ def recard(method_name: str, folder: str | Path | None = None, results: str | Pa
     layout = json.loads(res.read_text())
     if not isinstance(layout, dict) or "results" not in layout:
         raise ValueError(f"{res} was not written by training.bundle (no 'results' list)")
-    evaluation = index.get("evaluation") or {}
-    words = shlex.split((evaluation.get("dcgan_tier") or evaluation).get("command") or "")
-    config = words[words.index("--config") + 1] if "--config" in words[:-1] else None
-    return write_card(method_name, folder, layout, index, config, default)
+    return write_card(method_name, folder, layout, index, _bundle_option(index, "--config"), default)
 
 
 def _dataset(entry: Mapping[str, Any]) -> dict[str, Any]:
