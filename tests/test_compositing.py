@@ -399,3 +399,64 @@ def test_forehead_hair_compares_at_the_original_size():
     bare = _skin_crop(64)
     fringe = _with_fringe(_skin_crop(256), (0.0, compositing.FOREHEAD_BAND[1][1]))
     assert compositing.forehead_hair(bare, fringe) > 0.9
+
+
+@pytest.mark.parametrize("reach", [None, 0.15])
+def test_a_region_plan_made_once_composites_every_face_as_a_fresh_one(astronaut, reach):
+    """The privacy guard composites many faces at one place through one :func:`plan_region`: each comes out
+    bit-identical to compositing it alone (colour zones at a widened reach, grain and blur paths alike). A plan for
+    another crop size is refused."""
+    rgb, face = astronaut
+    al = align_face(rgb, face.landmarks, 256)
+    faces = [
+        np.clip(al.crop.astype(int) + [-60, 40, -60], 0, 255).astype(np.uint8),  # colour-shifted
+        cv2.GaussianBlur(al.crop, (0, 0), 3.0),  # softer than the photo: grain and unsharp
+        _patch((170, 130, 110), 40, 256, seed=7),  # noisier than the photo: blurred
+    ]
+    plan = compositing.plan_region(rgb, al.matrix, face.landmarks, 256, reach)
+    whats = set()
+    for new in faces:
+        fresh, info = compositing.composite_face(rgb, rgb, new, al.matrix, face.landmarks, reach=reach)
+        planned, planned_info = compositing.composite_face(rgb, rgb, new, al.matrix, face.landmarks, reach=reach, plan=plan)
+        assert np.array_equal(fresh, planned) and info == planned_info
+        whats.add(info.sharpness.split(" ")[0])
+    assert {"blurred", "grain"} <= whats
+    with pytest.raises(ValueError, match="256 px"):
+        compositing.composite_face(rgb, rgb, cv2.resize(faces[0], (128, 128)), al.matrix, face.landmarks, plan=plan)
+
+
+def test_a_photo_composer_gives_what_compose_gives_and_redraws_only_what_changed(astronaut, monkeypatch):
+    """Two overlapping faces composed again and again with other candidates (as the privacy guard does): every
+    canvas equals a fresh :func:`compose`; a face is composited again only when its crop, its reach or the pixels
+    under its region (a neighbour drawn over them) changed."""
+    from zoo.composer import PhotoComposer, compose
+    from zoo.detectors import DetectedFace
+
+    rgb, face = astronaut
+    shift = np.array([0.35 * face.width, 0.1 * face.height])
+    other = DetectedFace(face.box + np.tile(shift, 2), face.landmarks + shift, face.score)
+    faces = [face, other]
+    matrices = [align_face(rgb, f.landmarks, 256).matrix for f in faces]
+    a, a2 = align_face(rgb, other.landmarks, 256).crop, _patch((170, 130, 110), 30, 256, seed=8)
+    b, b2 = align_face(rgb, face.landmarks, 256).crop, cv2.GaussianBlur(a2, (0, 0), 2.0)
+    calls = []
+    real = compositing.composite_face
+    monkeypatch.setattr(compositing, "composite_face", lambda *args, **kw: calls.append(1) or real(*args, **kw))
+    composer = PhotoComposer(rgb, faces, matrices)
+    for outs, reaches, redrawn in [
+        ([a, b], [None, None], 2),
+        ([a, b], [None, None], 0),  # nothing changed
+        ([a, b2], [None, None], 1),  # the second face only
+        ([a2, b2], [None, None], 2),  # the first, and the second over pixels it now covers
+        ([a2, b2], [None, 0.15], 1),  # a wider reach: another plan
+        ([a, None], [None, None], 1),  # a face without output is blurred
+    ]:
+        calls.clear()
+        infos: list = []
+        got = composer(outs, reaches, infos)
+        assert len(calls) == redrawn
+        calls.clear()
+        fresh_infos: list = []
+        assert np.array_equal(got, compose(rgb, faces, matrices, outs, fresh_infos, reaches=reaches)) and infos == fresh_infos
+    with pytest.raises(ValueError, match="one output per face"):
+        composer([a])

@@ -194,14 +194,22 @@ def _rgb(lab: np.ndarray) -> np.ndarray:
 
 def _weighted_stats(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Mask-weighted mean and standard deviation per channel of ``values`` ``[H,W,C]`` (or ``[H,W]``) under
-    ``mask`` (weights or bool, ``[H,W]``), in float64; only the pixels of non-zero weight are read (zeros if none)."""
-    wgt = np.asarray(mask, dtype=np.float64).ravel()
+    ``mask`` (weights or bool, ``[H,W]``), in float64; only the pixels of non-zero weight are read (zeros if none).
+    A bool mask skips the weighting (the same numbers: every weight is 1)."""
+    mask = np.asarray(mask)
+    flat = np.asarray(values).reshape(mask.size, -1)
+    if mask.dtype == bool:
+        picked = flat[mask.ravel()].astype(np.float64)
+        total = max(float(picked.shape[0]), 1e-6)
+        mean = picked.sum(0) / total
+        return mean, np.sqrt(((picked - mean) ** 2).sum(0) / total)
+    wgt = mask.astype(np.float64).ravel()
     keep = np.flatnonzero(wgt)
-    flat = np.asarray(values).reshape(wgt.size, -1)[keep].astype(np.float64)
+    picked = flat[keep].astype(np.float64)
     wgt = wgt[keep, None]
     total = max(float(wgt.sum()), 1e-6)
-    mean = (flat * wgt).sum(0) / total
-    return mean, np.sqrt(((flat - mean) ** 2 * wgt).sum(0) / total)
+    mean = (picked * wgt).sum(0) / total
+    return mean, np.sqrt(((picked - mean) ** 2 * wgt).sum(0) / total)
 
 
 def mean_lab(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -214,13 +222,49 @@ def delta_e(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)))
 
 
-def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """uint8 ``new`` with its Lab statistics inside ``mask`` (weights, same [H, W]) moved to ``reference``'s:
-    every channel's mean, the a/b spread, and the L spread within :data:`L_SPREAD_RANGE` (shading kept)."""
+@dataclass
+class ColourTarget:
+    """The original's Lab statistics a new face is moved to (:func:`colour_target`), read once per face and region
+    and applied to every face drawn there (the privacy guard composites several). ``zones``: None (one zone,
+    :func:`match_colour`) or (core, band, inner) of :func:`match_colour_zones`; ``stats``: (mean, sd) of each zone."""
+
+    mask: np.ndarray
+    stats: list[tuple[np.ndarray, np.ndarray]]
+    zones: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def apply(self, new: np.ndarray) -> np.ndarray:
+        """uint8 ``new`` (the shape of the reference) with its colour moved to the target."""
+        if self.zones is None:
+            return _move_colour(new, self.mask, self.stats[0] if self.stats else None)
+        core, band, inner = self.zones
+        a = _move_colour(new, core, self.stats[0]).astype(np.float32)
+        b = _move_colour(new, band, self.stats[1]).astype(np.float32)
+        w = inner[..., None]
+        return np.clip(np.rint(w * a + (1.0 - w) * b), 0, 255).astype(np.uint8)
+
+
+def colour_target(reference: np.ndarray, mask: np.ndarray, inner: np.ndarray | None = None) -> ColourTarget:
+    """What :func:`match_colour` (``inner`` None) or :func:`match_colour_zones` moves a new face to: ``reference``'s
+    Lab statistics under ``mask`` (weights or bool, [H, W]), or in the core (``inner``) and the band beyond it."""
+    if inner is not None:
+        inner = np.asarray(inner, dtype=np.float32)
+        band = (np.asarray(mask, dtype=np.float64) > 0) & (inner <= 1e-3)
+        core = inner >= 0.999
+        if band.sum() >= 16 and core.sum() >= 16:
+            lab = _lab(reference)
+            return ColourTarget(mask, [_weighted_stats(lab, core), _weighted_stats(lab, band)], (core, band, inner))
     if np.asarray(mask, dtype=np.float64).sum() < 4:
+        return ColourTarget(mask, [])
+    return ColourTarget(mask, [_weighted_stats(_lab(reference), mask)])
+
+
+def _move_colour(new: np.ndarray, mask: np.ndarray, target: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+    """uint8 ``new`` with its Lab statistics under ``mask`` moved to ``target`` (mean, sd): every channel's mean,
+    the a/b spread, and the L spread within :data:`L_SPREAD_RANGE`; unchanged under a mask of under 4 pixels."""
+    if target is None or np.asarray(mask, dtype=np.float64).sum() < 4:
         return np.array(new, dtype=np.uint8, copy=True)
     lab_new = _lab(new)
-    (mu_n, sd_n), (mu_r, sd_r) = _weighted_stats(lab_new, mask), _weighted_stats(_lab(reference), mask)
+    (mu_n, sd_n), (mu_r, sd_r) = _weighted_stats(lab_new, mask), target
     ratio = sd_r / np.maximum(sd_n, 1e-3)
     ratio[0] = np.clip(ratio[0], *L_SPREAD_RANGE)
     ratio[1:] = np.clip(ratio[1:], 0.5, 2.0)
@@ -229,21 +273,19 @@ def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np
     return _rgb(moved)
 
 
+def match_colour(new: np.ndarray, reference: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """uint8 ``new`` with its Lab statistics inside ``mask`` (weights, same [H, W]) moved to ``reference``'s:
+    every channel's mean, the a/b spread, and the L spread within :data:`L_SPREAD_RANGE` (shading kept)."""
+    return colour_target(reference, mask).apply(new)
+
+
 def match_colour_zones(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, inner: np.ndarray) -> np.ndarray:
     """:func:`match_colour` in two zones: the core (``inner``, float [H, W] in [0, 1], a feathered region inside
     ``mask``) moved to the reference's statistics there, the band of ``mask`` (weights or bool) beyond the core to
     the band's, joined along the core's feathered edge. A region widened past the face (the privacy guard's wider
     reach) spans skin, hairline and background: one set of statistics over all of it leaves the face and the skin
-    just outside it off colour. Falls back to one zone where the band has under 16 pixels."""
-    inner = np.asarray(inner, dtype=np.float32)
-    band = (np.asarray(mask, dtype=np.float64) > 0) & (inner <= 1e-3)
-    core = inner >= 0.999
-    if band.sum() < 16 or core.sum() < 16:
-        return match_colour(new, reference, mask)
-    a = match_colour(new, reference, core).astype(np.float32)
-    b = match_colour(new, reference, band).astype(np.float32)
-    w = inner[..., None]
-    return np.clip(np.rint(w * a + (1.0 - w) * b), 0, 255).astype(np.uint8)
+    just outside it off colour. Falls back to one zone where the band or the core has under 16 pixels."""
+    return colour_target(reference, mask, inner).apply(new)
 
 
 # ====================================================================== 3. sharpness and grain
@@ -253,41 +295,64 @@ def laplacian_variance(rgb: np.ndarray, mask: np.ndarray) -> float:
     return float(_weighted_stats(cv2.Laplacian(grey, cv2.CV_32F, ksize=3), mask)[1][0] ** 2)
 
 
-def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-    """uint8 ``new`` brought to ``reference``'s sharpness inside ``mask``: blurred when its Laplacian variance is
-    above :data:`SHARPNESS_BAND`; when below, given the grain it lacks (see :func:`noise_level`) and, if still
-    below, an unsharp mask (radius 1 px) just strong enough. The grain is seeded (``seed``): the same inputs give
-    the same output. Returns (image, what was done). The measures read only the mask's support and the
-    :data:`SUPPORT_MARGIN` px around it (every filter here reaches less far), so the search runs on that part."""
+@dataclass
+class SharpnessTarget:
+    """The original's sharpness and grain inside a region (:func:`sharpness_target`), read once per face and region
+    and matched by every face drawn there (:meth:`apply`). ``box``: the mask's support plus :data:`SUPPORT_MARGIN`
+    px (every filter here reaches less far, so the measures run on that part); ``variance``: the Laplacian
+    variance there; ``noise``: :func:`noise_level` there."""
+
+    box: tuple[slice, slice]
+    mask: np.ndarray
+    variance: float
+    noise: float
+
+    def apply(self, new: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
+        """uint8 ``new`` (the shape of the reference) brought to the target's sharpness: blurred when its Laplacian
+        variance is above :data:`SHARPNESS_BAND`; when below, given the grain it lacks (see :func:`noise_level`)
+        and, if still below, an unsharp mask (radius 1 px) just strong enough. The grain is seeded (``seed``): the
+        same inputs give the same output. Returns (image, what was done)."""
+        box, part_mask, target = self.box, self.mask, self.variance
+        have = laplacian_variance(new[box], part_mask)
+        if target <= 0 or SHARPNESS_BAND[0] * target <= have <= SHARPNESS_BAND[1] * target:
+            return np.array(new, dtype=np.uint8, copy=True), "kept"
+        if have > target:
+            part = np.ascontiguousarray(new[box])
+            sigma = _bisect(lambda s: laplacian_variance(cv2.GaussianBlur(part, (0, 0), s), part_mask) > target, 0.0, 4.0)
+            return cv2.GaussianBlur(new, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE), f"blurred (sigma={sigma:.2f})"
+        # smoother than the photo: first the photo's grain (its robust noise level), then, if the edges are still
+        # softer, an unsharp mask under the grain
+        grain_sigma = float(np.sqrt(max(self.noise**2 - noise_level(new[box], part_mask) ** 2, 0.0)))
+        grain = np.random.default_rng(seed).normal(0.0, grain_sigma, new.shape[:2]).astype(np.float32)[..., None]
+        base = new.astype(np.float32)
+        soft = cv2.GaussianBlur(base, (0, 0), 1.0)
+        part_base, part_detail, part_grain = base[box], base[box] - soft[box], grain[box]
+
+        def render_part(amount: float) -> np.ndarray:
+            return np.clip(np.rint(part_base + amount * part_detail + part_grain), 0, 255).astype(np.uint8)
+
+        done = []
+        if grain_sigma >= 0.5:
+            done.append(f"grain (sigma={grain_sigma:.2f})")
+        amount = 0.0
+        if laplacian_variance(render_part(0.0), part_mask) < SHARPNESS_BAND[0] * target:
+            amount = _bisect(lambda a: laplacian_variance(render_part(a), part_mask) < target, 0.0, MAX_UNSHARP)
+            done.append(f"unsharp (amount={amount:.2f})")
+        return np.clip(np.rint(base + amount * (base - soft) + grain), 0, 255).astype(np.uint8), ", ".join(done) or "kept"
+
+
+def sharpness_target(reference: np.ndarray, mask: np.ndarray) -> SharpnessTarget:
+    """What :func:`match_sharpness` brings a new face to: ``reference``'s (uint8 [H, W, 3]) Laplacian variance and
+    grain inside ``mask`` ([H, W]), measured on the mask's support and the :data:`SUPPORT_MARGIN` px around it."""
     box = _support_box(mask, SUPPORT_MARGIN)
     part_mask = np.asarray(mask)[box]
-    target = laplacian_variance(reference[box], part_mask)
-    have = laplacian_variance(new[box], part_mask)
-    if target <= 0 or SHARPNESS_BAND[0] * target <= have <= SHARPNESS_BAND[1] * target:
-        return np.array(new, dtype=np.uint8, copy=True), "kept"
-    if have > target:
-        part = np.ascontiguousarray(new[box])
-        sigma = _bisect(lambda s: laplacian_variance(cv2.GaussianBlur(part, (0, 0), s), part_mask) > target, 0.0, 4.0)
-        return cv2.GaussianBlur(new, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE), f"blurred (sigma={sigma:.2f})"
-    # smoother than the photo: first the photo's grain (its robust noise level), then, if the edges are still
-    # softer, an unsharp mask under the grain
-    grain_sigma = float(np.sqrt(max(noise_level(reference[box], part_mask) ** 2 - noise_level(new[box], part_mask) ** 2, 0.0)))
-    grain = np.random.default_rng(seed).normal(0.0, grain_sigma, new.shape[:2]).astype(np.float32)[..., None]
-    base = new.astype(np.float32)
-    soft = cv2.GaussianBlur(base, (0, 0), 1.0)
+    return SharpnessTarget(box, part_mask, laplacian_variance(reference[box], part_mask), noise_level(reference[box], part_mask))
 
-    def render(amount: float, where: tuple[slice, slice] = (slice(None), slice(None))) -> np.ndarray:
-        b = base[where]
-        return np.clip(np.rint(b + amount * (b - soft[where]) + grain[where]), 0, 255).astype(np.uint8)
 
-    done = []
-    if grain_sigma >= 0.5:
-        done.append(f"grain (sigma={grain_sigma:.2f})")
-    amount = 0.0
-    if laplacian_variance(render(0.0, box), part_mask) < SHARPNESS_BAND[0] * target:
-        amount = _bisect(lambda a: laplacian_variance(render(a, box), part_mask) < target, 0.0, MAX_UNSHARP)
-        done.append(f"unsharp (amount={amount:.2f})")
-    return render(amount), ", ".join(done) or "kept"
+def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
+    """uint8 ``new`` brought to ``reference``'s sharpness inside ``mask`` (:func:`sharpness_target`,
+    :meth:`SharpnessTarget.apply`). Returns (image, what was done)."""
+    return sharpness_target(reference, mask).apply(new, seed)
 
 
 def _support_box(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
@@ -400,6 +465,59 @@ def forehead_hair(original: np.ndarray, drawn: np.ndarray) -> float:
 
 
 # ====================================================================== the stage
+@dataclass
+class RegionPlan:
+    """What :func:`composite_face` reads of the original photo for one face at one reach (:func:`plan_region`):
+    the region and the colour and sharpness targets. It depends only on the photo, the face and the reach, so one
+    plan serves every face drawn there (the privacy guard composites a face up to about 20 times).
+
+    ``roi``: (x0, y0, x1, y1), the crop's footprint in the photo (None: too small to composite, pasted instead);
+    ``mask``: the region in the ROI (float32 [h, w]); ``stats_mask``: its fully replaced part (bool), where colour
+    and sharpness are measured; ``box``: the mask's support plus :data:`SUPPORT_MARGIN`, the part worked on."""
+
+    crop_size: int
+    roi: tuple[int, int, int, int] | None
+    kind: str = "5-point"
+    small: bool = False
+    reach: float = MASK_GROW
+    mask: np.ndarray | None = None
+    stats_mask: np.ndarray | None = None
+    box: tuple[slice, slice] = (slice(None), slice(None))
+    colour: ColourTarget | None = None
+    sharpness: SharpnessTarget | None = None
+
+
+def plan_region(original: np.ndarray, matrix: np.ndarray, landmarks5: np.ndarray, crop_size: int, reach: float | None = None) -> RegionPlan:
+    """The :class:`RegionPlan` of the face with alignment ``matrix`` (photo -> ``crop_size`` px crop) and
+    ``landmarks5`` in the uint8 photo ``original`` [H, W, 3], at compositing ``reach`` (:func:`region_reach`)."""
+    from .paste import face_mask
+
+    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
+    h, w = original.shape[:2]
+    size = int(crop_size)
+    # the region of interest: the crop's footprint in the photo, clipped
+    inv = cv2.invertAffineTransform(np.asarray(matrix, dtype=np.float64))
+    corners = np.array([[0, 0], [size, 0], [0, size], [size, size]], np.float64) @ inv[:, :2].T + inv[:, 2]
+    x0, y0 = np.maximum(np.floor(corners.min(0)).astype(int), 0)
+    x1, y1 = np.minimum(np.ceil(corners.max(0)).astype(int) + 1, [w, h])
+    if x1 - x0 < 4 or y1 - y0 < 4:
+        return RegionPlan(size, None)
+    ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
+    mask, default_region, kind = face_region_masks(ref, lm - [x0, y0], reach)
+    if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
+        mask = _warp_crop_mask(face_mask(size, scale=fallback_mask_scale(lm, reach)), matrix, x0, y0, (x1 - x0, y1 - y0))
+    stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
+    if stats_mask.sum() < 16:
+        stats_mask = mask > 0
+    # colour and blend are per pixel given the statistics: only the mask's support (and the margin the sharpness
+    # filters read) is worked on; the rest of the region of interest is never shown
+    box = _support_box(mask, SUPPORT_MARGIN)
+    widened = default_region is not None and default_region is not mask  # face and band matched apart
+    colour = colour_target(ref[box], stats_mask[box], default_region[box] if widened else None)  # type: ignore[index]
+    roi = (int(x0), int(y0), int(x1), int(y1))
+    return RegionPlan(size, roi, kind, is_small_face(lm), region_reach(lm, reach), mask, stats_mask, box, colour, sharpness_target(ref, stats_mask))
+
+
 def composite_face(
     canvas: np.ndarray,
     original: np.ndarray,
@@ -409,53 +527,38 @@ def composite_face(
     blend_mode: str = "feather",
     seed: int = 0,
     reach: float | None = None,
+    plan: RegionPlan | None = None,
 ) -> tuple[np.ndarray, CompositeInfo]:
     """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in.
 
     ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
     ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo; ``reach``:
     how far beyond the mesh hull the new face replaces the photo (:func:`region_reach`; the 5-point fallback
-    grows by :func:`fallback_mask_scale`).
+    grows by :func:`fallback_mask_scale`); ``plan``: :func:`plan_region` of these (made here when None; a caller
+    compositing several faces at one place passes one).
     Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
     """
-    from .paste import face_mask, paste_back
+    from .paste import paste_back
 
-    lm = np.asarray(landmarks5, dtype=np.float64).reshape(5, 2)
-    h, w = canvas.shape[:2]
-    size = crop.shape[0]
-    # the region of interest: the crop's footprint in the photo, clipped
-    inv = cv2.invertAffineTransform(np.asarray(matrix, dtype=np.float64))
-    corners = np.array([[0, 0], [size, 0], [0, size], [size, size]], np.float64) @ inv[:, :2].T + inv[:, 2]
-    x0, y0 = np.maximum(np.floor(corners.min(0)).astype(int), 0)
-    x1, y1 = np.minimum(np.ceil(corners.max(0)).astype(int) + 1, [w, h])
-    if x1 - x0 < 4 or y1 - y0 < 4:
+    plan = plan_region(original, matrix, landmarks5, crop.shape[0], reach) if plan is None else plan
+    if plan.crop_size != crop.shape[0]:
+        raise ValueError(f"the region plan is for {plan.crop_size} px crops, got {crop.shape[0]} px")
+    if plan.roi is None:
         return paste_back(canvas, crop, matrix), CompositeInfo("5-point", 0.0, "kept", "feather")
+    assert plan.mask is not None and plan.stats_mask is not None and plan.colour is not None and plan.sharpness is not None
+    x0, y0, x1, y1 = plan.roi
+    box, stats_mask = plan.box, plan.stats_mask
     # the new face warped into the photo (area-downsampled when the face is small), over the original
-    full_mask = np.ones((size, size), np.float32)
+    full_mask = np.ones((crop.shape[0], crop.shape[0]), np.float32)
     warped = paste_back(np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1].copy(), crop, _shifted(matrix, x0, y0), mask=full_mask)
-    ref = np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1]
-    lm_roi = lm - [x0, y0]
-    mask, default_region, kind = face_region_masks(ref, lm_roi, reach)
-    small = is_small_face(lm)
-    if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
-        mask = _warp_crop_mask(face_mask(size, scale=fallback_mask_scale(lm, reach)), matrix, x0, y0, (x1 - x0, y1 - y0))
-    stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
-    if stats_mask.sum() < 16:
-        stats_mask = mask > 0
-    # colour and blend are per pixel given the statistics: only the mask's support (and the margin the sharpness
-    # filters read) is worked on; the rest of the region of interest is never shown
-    box = _support_box(mask, SUPPORT_MARGIN)
     coloured = warped.copy()
-    if default_region is not None and default_region is not mask:  # a widened region: face and band matched apart
-        coloured[box] = match_colour_zones(warped[box], ref[box], stats_mask[box], default_region[box])
-    else:
-        coloured[box] = match_colour(warped[box], ref[box], stats_mask[box])
+    coloured[box] = plan.colour.apply(warped[box])
     shift = delta_e(mean_lab(warped[box], stats_mask[box]), mean_lab(coloured[box], stats_mask[box]))
-    textured, sharp = match_sharpness(coloured, ref, stats_mask, seed=seed)
+    textured, sharp = plan.sharpness.apply(coloured, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
     roi = out[y0:y1, x0:x1]
-    roi[box] = blend(roi[box], textured[box], mask[box], blend_mode)
-    return out, CompositeInfo(kind, shift, sharp, blend_mode, small, region_reach(lm, reach))
+    roi[box] = blend(roi[box], textured[box], plan.mask[box], blend_mode)
+    return out, CompositeInfo(plan.kind, shift, sharp, blend_mode, plan.small, plan.reach)
 
 
 def _shifted(matrix: np.ndarray, x0: int, y0: int) -> np.ndarray:

@@ -22,10 +22,10 @@ import logging
 import time
 from typing import Any, Sequence
 
-import cv2
 import numpy as np
 import torch
 
+from .composer import PhotoComposer, compose
 from .keys import KeyMaterial, Secret
 from .report import DeidResult, FaceRecord
 
@@ -316,6 +316,10 @@ class DeidPipeline:
         for i, (f, _) in enumerate(flat):
             by_frame.setdefault(f, []).append(i)
         originals = {f: guard.photo_embeddings(place[ids[0]][0], [place[i][1] for i in ids]) for f, ids in by_frame.items()}
+        composers = {
+            f: PhotoComposer(place[ids[0]][0], [place[i][1] for i in ids], [place[i][2] for i in ids], self.method.draws_new_face, self.method.blend_mode)
+            for f, ids in by_frame.items()
+        }
 
         def distances(candidate: list, which: list[int], reach: dict[int, float] | None = None) -> dict[int, tuple[float, ...]]:
             got = {}
@@ -323,15 +327,7 @@ class DeidPipeline:
                 wanted = [i for i in ids if i in which]
                 if not wanted:
                     continue
-                canvas = compose(
-                    place[ids[0]][0],
-                    [place[i][1] for i in ids],
-                    [place[i][2] for i in ids],
-                    [candidate[i] for i in ids],
-                    composite=self.method.draws_new_face,
-                    reaches=[(reach or {}).get(i) for i in ids],
-                    blend_mode=self.method.blend_mode,
-                )
+                canvas = composers[f]([candidate[i] for i in ids], [(reach or {}).get(i) for i in ids])
                 emb = guard.photo_embeddings(canvas, [place[i][1] for i in wanted])
                 d = guard.distances(originals[f][[ids.index(i) for i in wanted]], emb)
                 got.update({i: tuple(float(v) for v in x) for i, x in zip(wanted, d)})
@@ -502,43 +498,6 @@ def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: 
         key=key,
         reach=reach,
     )
-
-
-def compose(
-    rgb: np.ndarray,
-    faces: Sequence[Any],
-    matrices: Sequence[np.ndarray],
-    outs: Sequence[np.ndarray | None],
-    infos: list | None = None,
-    composite: bool = True,
-    reaches: Sequence[float | None] | None = None,
-    blend_mode: str = "feather",
-) -> np.ndarray:
-    """A copy of uint8 ``rgb`` with every output crop put back: composited (``composite``:
-    :func:`zoo.compositing.composite_face`, mesh mask, colour, grain, blend) or pasted through the 5-point mask;
-    a face without output is blurred. ``infos``, when given, receives one
-    :class:`zoo.compositing.CompositeInfo` (or None) per face; ``reaches``: each face's compositing reach (None:
-    the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s."""
-    from . import compositing, paste
-
-    compositing.check_blend_mode(blend_mode)  # here: a compositing that fails falls back to the paste
-    canvas = np.array(rgb, dtype=np.uint8, copy=True)
-    reaches = [None] * len(faces) if reaches is None else list(reaches)
-    for face, matrix, out, reach in zip(faces, matrices, outs, reaches):
-        info = None
-        if out is None:
-            canvas = paste.blur_face(canvas, face)
-        elif not composite:
-            canvas = paste.paste_back(canvas, out, matrix)
-        else:
-            try:
-                canvas, info = compositing.composite_face(canvas, rgb, out, matrix, face.landmarks, blend_mode, reach=reach)
-            except (cv2.error, ValueError, np.linalg.LinAlgError) as e:  # the plain paste still replaces the face
-                log.warning("compositing failed (%s); pasting the face with the 5-point mask", e)
-                canvas = paste.paste_back(canvas, out, matrix)
-        if infos is not None:
-            infos.append(info)
-    return canvas
 
 
 def attach_carried(faces: list, found: list, base_indices: Sequence[int] | None = None) -> tuple[list, list[int], list]:
