@@ -460,3 +460,40 @@ def test_a_photo_composer_gives_what_compose_gives_and_redraws_only_what_changed
         assert np.array_equal(got, compose(rgb, faces, matrices, outs, fresh_infos, reaches=reaches)) and infos == fresh_infos
     with pytest.raises(ValueError, match="one output per face"):
         composer([a])
+
+
+def test_a_blurred_face_is_restored_over_its_whole_rectangle(astronaut):
+    """Right-key recovery of a face blurred at anonymization: the recovered crop (here the original's own aligned
+    crop) drawn over the blurred rectangle gives the face back close to the original and as sharp as it, where the
+    blur took both; pixels outside the rectangle are untouched; the mean colour moved to the blur's is reported."""
+    from zoo import paste
+
+    rgb, face = astronaut
+    al = align_face(rgb, face.landmarks, 256)
+    blurred = paste.blur_face(rgb, face)
+    x0, y0, x1, y1, size = paste.blur_box(rgb.shape, face)
+    restored, shift = paste.restore_blurred(blurred, al.crop, al.matrix, face)
+    inside = (slice(y0, y1), slice(x0, x1))
+
+    def error(img):
+        return float(np.abs(img[inside].astype(int) - rgb[inside].astype(int)).mean())
+
+    def sharpness(img):
+        return compositing.laplacian_variance(img[inside], np.ones((y1 - y0, x1 - x0), bool))
+
+    assert error(restored) < 0.4 * error(blurred)
+    assert sharpness(restored) > 0.5 * sharpness(rgb) and sharpness(restored) > 10 * sharpness(blurred)
+    outside = np.ones(rgb.shape[:2], bool)
+    outside[inside] = False
+    assert np.array_equal(restored[outside], rgb[outside])
+    assert 0.0 <= shift < 5.0  # the original's own crop: its mean colour is the blur's, nearly
+    far = paste.restore_blurred(blurred, np.full((256, 256, 3), (250, 20, 20), np.uint8), al.matrix, face)[1]
+    assert far > 30  # a red crop is moved a long way toward the blur's colour
+    # a photo cut to the face: the rectangle reaches every edge, and the whole photo is drawn
+    tight = np.ascontiguousarray(rgb[int(face.box[1]) : int(face.box[3]), int(face.box[0]) : int(face.box[2])])
+    moved = type(face)(face.box - np.tile(face.box[:2], 2), face.landmarks - face.box[:2], face.score)
+    cut = paste.blur_face(tight, moved)
+    assert paste.blur_box(tight.shape, moved)[:4] == (0, 0, tight.shape[1], tight.shape[0])
+    matrix = alignment_matrix(moved.landmarks, 256)
+    again, _ = paste.restore_blurred(cut, al.crop, matrix, moved)
+    assert again.shape == tight.shape and np.abs(again.astype(int) - tight.astype(int)).mean() < 0.5 * np.abs(cut.astype(int) - tight.astype(int)).mean()

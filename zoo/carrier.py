@@ -50,7 +50,10 @@ sealed: the photo shows the region anyway. Version 8 has the layout of version 7
 change in slots 0-1 (:data:`zoo.nn.wplus_identity.COARSE_SLOTS`), and blocks of version 7 and earlier are recovered
 without it. Version 9 has the same layout; its W+ codes' identity change skips the mouth directions
 (:attr:`zoo.nn.wplus_identity.WPlusIdentity.mouth_directions`), and blocks of version 8 and earlier are recovered
-without that.
+without that. Version 10 has the same layout; the high bit of its reach byte says the face was blurred when it was
+anonymized (fail closed: the privacy guard still recognized it, or it was too small to vouch for), so that right-key
+recovery draws the recovered face over the whole blurred rectangle instead of matching it to the blur
+(:func:`zoo.paste.restore_blurred`). It is not sealed: the photo shows the blur anyway.
 
 The block survives a lossless save (PNG, WebP lossless, a numpy array) and a crop that keeps it whole; a lossy
 save (JPEG), a resize or an edit destroys it, and recovery then leaves the face as it is (status ``no_code``,
@@ -81,8 +84,8 @@ __all__ = [
 ]
 
 MAGIC = b"ZoOL"
-VERSION = 9
-_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9)
+VERSION = 10
+_READABLE_VERSIONS = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10)
 BLOCK_WIDTH = 16
 MAX_LATENT = 100  # identity codes: the DCGAN latent, the W+ identity code
 _HEAD = struct.Struct("<4sBHHII14fH")  # magic, version, tag, index, origin x, origin y, box + landmarks, n
@@ -91,6 +94,7 @@ _BITS_PER_PIXEL = 6  # 2 bits in each of R, G, B
 _KEY_CHECK = struct.Struct("<H")  # version 4: 1 + the key check byte (0: no check)
 _SEAL = struct.Struct("<BI")  # version 5: sealed (0/1), crc32 of the latent's bytes (sealed with them)
 _REACH = struct.Struct("<B")  # version 7: 1 + the region reach in whole percent of the face size (0: the default region)
+_BLURRED = 0x80  # version 10: the reach byte's high bit, set where the face was blurred (fail closed)
 _TAIL_SIZE = 1 + _CODE_HEAD.size + _KEY_CHECK.size + _SEAL.size + _REACH.size  # after the latent, before the crc32
 BLOCK_ROWS = -(-((_HEAD.size + 2 * MAX_LATENT + _TAIL_SIZE + 4) * 8) // (_BITS_PER_PIXEL * BLOCK_WIDTH))
 #: a code row's 4-bit steps span +-CODE_SIGMAS of its standard deviations (values beyond are clipped)
@@ -175,6 +179,9 @@ class CarriedLatent:
     version: int = VERSION
     #: how far beyond the face mesh's hull the anonymized face was composited (None: the default region)
     reach: float | None = None
+    #: the face was blurred when it was anonymized (fail closed; :func:`zoo.paste.blur_face`): right-key recovery
+    #: draws the recovered face over the whole blurred rectangle (:func:`zoo.paste.restore_blurred`)
+    blurred: bool = False
 
     def key_matches(self, key) -> bool:
         """Whether ``key`` (the face's :class:`~zoo.keys.KeyMaterial`) reproduces the block's key check and opens its
@@ -248,7 +255,7 @@ class CarriedLatent:
         body += _SEAL.pack(int(self.key is not None), struct.unpack("<I", latent[-4:])[0])
         if self.reach is not None and not 0.0 <= float(self.reach) <= 1.0:
             raise ValueError(f"a region reach is a fraction of the face size in [0, 1], got {self.reach}")
-        body += _REACH.pack(0 if self.reach is None else 1 + int(round(100 * float(self.reach))))
+        body += _REACH.pack((0 if self.reach is None else 1 + int(round(100 * float(self.reach)))) | (_BLURRED if self.blurred else 0))
         return body + struct.pack("<I", zlib.crc32(body)), payload
 
     def shifted(self, dx: float, dy: float) -> "CarriedLatent":
@@ -355,6 +362,8 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         return None
     sealed, latent_crc = _SEAL.unpack_from(data, seal_at) if version >= 5 else (0, None)
     (stored_reach,) = _REACH.unpack_from(data, reach_at) if version >= 7 else (0,)
+    blurred = version >= 10 and bool(stored_reach & _BLURRED)
+    stored_reach &= ~_BLURRED if version >= 10 else 0xFF
     reach = (stored_reach - 1) / 100.0 if 0 < stored_reach <= 101 else None
     raw_latent = data[_HEAD.size : lat_end]
     if not sealed and latent_crc is not None and zlib.crc32(raw_latent) != latent_crc:
@@ -396,6 +405,7 @@ def _decode_at(low: np.ndarray, x0: int, y0: int) -> CarriedLatent | None:
         sealed_code,
         version=int(version),
         reach=reach,
+        blurred=blurred,
     )
     return found.shifted(x0 - ox, y0 - oy) if (x0, y0) != (ox, oy) else found
 

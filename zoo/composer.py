@@ -55,18 +55,30 @@ class PhotoComposer:
         self._plans: dict[tuple, compositing.RegionPlan] = {}
         self._last: dict[tuple, _Composited] = {}
 
-    def __call__(self, outs: Sequence[np.ndarray | None], reaches: Sequence[float | None] | None = None, infos: list | None = None) -> np.ndarray:
+    def __call__(
+        self,
+        outs: Sequence[np.ndarray | None],
+        reaches: Sequence[float | None] | None = None,
+        infos: list | None = None,
+        restore: Sequence[bool] | None = None,
+    ) -> np.ndarray:
         """A copy of the photo with every output crop (uint8 [S, S, 3], or None: blurred) put back. ``reaches``: each
         face's compositing reach (None: the default; :func:`zoo.compositing.region_reach`); ``infos``, when given,
-        receives one :class:`zoo.compositing.CompositeInfo` (or None) per face."""
+        receives one :class:`zoo.compositing.CompositeInfo` (or None) per face; ``restore`` (right-key recovery):
+        each face that was blurred when it was anonymized, whose recovered crop replaces the whole blurred
+        rectangle (:func:`zoo.paste.restore_blurred`) instead of being matched to the blur."""
         if len(outs) != len(self.faces):
             raise ValueError(f"one output per face: {len(self.faces)} faces, {len(outs)} outputs")
         canvas = self.rgb.copy()
         reaches = [None] * len(outs) if reaches is None else list(reaches)
+        restore = [False] * len(outs) if restore is None else list(restore)
         for position, (face, matrix, out, reach) in enumerate(zip(self.faces, self.matrices, outs, reaches)):
             info = None
             if out is None:
                 canvas = paste.blur_face(canvas, face)
+            elif restore[position]:
+                canvas, shift = paste.restore_blurred(canvas, np.asarray(out, dtype=np.uint8), matrix, face)
+                info = compositing.CompositeInfo("blur box", shift, "kept", "feather")
             elif not self.composite:
                 canvas = paste.paste_back(canvas, out, matrix)
             else:
@@ -108,10 +120,12 @@ def compose(
     composite: bool = True,
     reaches: Sequence[float | None] | None = None,
     blend_mode: str = "feather",
+    restore: Sequence[bool] | None = None,
 ) -> np.ndarray:
     """A copy of uint8 ``rgb`` with every output crop put back: composited (``composite``:
     :func:`zoo.compositing.composite_face`, mesh mask, colour, grain, blend) or pasted through the 5-point mask;
     a face without output is blurred. ``infos``, when given, receives one
     :class:`zoo.compositing.CompositeInfo` (or None) per face; ``reaches``: each face's compositing reach (None:
-    the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s."""
-    return PhotoComposer(rgb, faces, matrices, composite, blend_mode)(outs, reaches, infos)
+    the default; :func:`zoo.compositing.region_reach`); ``blend_mode``: :func:`zoo.compositing.blend`'s; ``restore``:
+    :meth:`PhotoComposer.__call__`'s."""
+    return PhotoComposer(rgb, faces, matrices, composite, blend_mode)(outs, reaches, infos, restore)

@@ -80,7 +80,7 @@ BLEND_MODES = ("feather", "poisson")
 class CompositeInfo:
     """What the compositing did for one face (goes into the face's report)."""
 
-    mask: str  # "mesh" or "5-point"
+    mask: str  # "mesh", "5-point", or "blur box" (a recovered face over the rectangle blurred at anonymization)
     colour_shift: float  # CIE76 dE between the new face's mean colour before and after colour matching
     sharpness: str  # "kept", "blurred (sigma=..)", "grain (sigma=..)" and/or "unsharp (amount=..)"
     blend: str  # "feather" or "poisson"

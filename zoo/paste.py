@@ -124,21 +124,69 @@ def _hard_blur(region: np.ndarray, face_size: float, cells: float | None = None)
     return cv2.GaussianBlur(coarse, (0, 0), max(1.0, face_size / (cells + 4.0)), borderType=cv2.BORDER_REPLICATE)
 
 
-def blur_face(canvas: np.ndarray, face: DetectedFace, expand: float = 0.35, cells: float | None = None) -> np.ndarray:
-    """Fail-closed path: a copy of ``canvas`` with the face's box (grown by ``expand`` of its size on every
-    side, and covering all landmarks) hard-blurred (``cells`` across the face, default :data:`BLUR_CELLS`) so that
-    no identity survives."""
-    out = np.array(canvas, dtype=np.uint8, copy=True)
-    h, w = out.shape[:2]
+#: the fail-closed blur covers the face's box grown by this fraction of its size on every side
+BLUR_EXPAND = 0.35
+#: :func:`restore_blurred` feathers the recovered face into the photo over this fraction of the face size inside the
+#: blurred rectangle's edge (at least 2 px)
+RESTORE_FEATHER = 0.04
+
+
+def blur_box(shape: tuple[int, ...], face: DetectedFace, expand: float = BLUR_EXPAND) -> tuple[int, int, int, int, float] | None:
+    """The rectangle :func:`blur_face` blurs in an image of ``shape`` ``[H, W, ...]``: (x0, y0, x1, y1, face size
+    in px), the face's box grown by ``expand`` of its size on every side and covering all landmarks, clipped to
+    the image; None where nothing of it is inside."""
+    h, w = shape[:2]
     lm = np.asarray(face.landmarks, dtype=np.float64).reshape(-1, 2)
     bx0, by0 = min(face.box[0], lm[:, 0].min()), min(face.box[1], lm[:, 1].min())
     bx1, by1 = max(face.box[2], lm[:, 0].max()), max(face.box[3], lm[:, 1].max())
     size = max(bx1 - bx0, by1 - by0, 8.0)
     x0, y0 = int(max(0, np.floor(bx0 - expand * size))), int(max(0, np.floor(by0 - expand * size)))
     x1, y1 = int(min(w, np.ceil(bx1 + expand * size))), int(min(h, np.ceil(by1 + expand * size)))
-    if x1 > x0 and y1 > y0:
+    return (x0, y0, x1, y1, float(size)) if x1 > x0 and y1 > y0 else None
+
+
+def blur_face(canvas: np.ndarray, face: DetectedFace, expand: float = BLUR_EXPAND, cells: float | None = None) -> np.ndarray:
+    """Fail-closed path: a copy of ``canvas`` with the face's :func:`blur_box` hard-blurred (``cells`` across the
+    face, default :data:`BLUR_CELLS`) so that no identity survives."""
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    rect = blur_box(out.shape, face, expand)
+    if rect is not None:
+        x0, y0, x1, y1, size = rect
         out[y0:y1, x0:x1] = _hard_blur(out[y0:y1, x0:x1], size, cells)
     return out
+
+
+def restore_blurred(canvas: np.ndarray, crop: np.ndarray, matrix: np.ndarray, face: DetectedFace) -> tuple[np.ndarray, float]:
+    """Right-key recovery of a face that was blurred when it was anonymized (:func:`blur_face`; its carried code
+    still rode): a copy of uint8 ``canvas`` with the recovered aligned ``crop`` (uint8 [S, S, 3], the whole drawn
+    crop: face, hair and surroundings) drawn over the blurred rectangle, where it reaches, feathered over
+    :data:`RESTORE_FEATHER` of the face size inside the rectangle's edge. Its mean Lab colour there is moved to the
+    blurred rectangle's (a blur keeps the mean colour of what it covers); no sharpness is matched to the blur.
+    Pixels outside the rectangle stay bit-identical. Returns (image, the colour shift's CIE76 dE)."""
+    out = np.array(canvas, dtype=np.uint8, copy=True)
+    rect = blur_box(out.shape, face)
+    if rect is None:
+        return out, 0.0
+    x0, y0, x1, y1, size = rect
+    drawn = paste_back(out, crop, matrix, mask=np.ones(crop.shape[:2], np.float32))[y0:y1, x0:x1]
+    blurred = out[y0:y1, x0:x1]
+    lab_drawn = cv2.cvtColor(drawn.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    shift = cv2.cvtColor(blurred.astype(np.float32) / 255.0, cv2.COLOR_RGB2LAB).reshape(-1, 3).mean(0) - lab_drawn.reshape(-1, 3).mean(0)
+    lab_drawn += shift.astype(np.float32)
+    lab_drawn[..., 0] = np.clip(lab_drawn[..., 0], 0, 100)
+    moved = np.clip(cv2.cvtColor(lab_drawn, cv2.COLOR_LAB2RGB) * 255.0, 0, 255)
+    ramp = max(2.0, RESTORE_FEATHER * size)
+    h, w = out.shape[:2]
+
+    def edge_distance(n: int, at_start: bool, at_end: bool) -> np.ndarray:  # px to the nearest edge inside the photo
+        i, far = np.arange(n, dtype=np.float32) + 0.5, np.full(n, np.inf, np.float32)
+        return np.minimum(far if at_start else i, far if at_end else i[::-1])
+
+    edge_y, edge_x = edge_distance(y1 - y0, y0 == 0, y1 == h), edge_distance(x1 - x0, x0 == 0, x1 == w)
+    t = np.clip(np.minimum(edge_y[:, None], edge_x[None, :]) / ramp, 0.0, 1.0)
+    alpha = (t * t * (3 - 2 * t))[..., None]
+    out[y0:y1, x0:x1] = np.rint(blurred.astype(np.float32) * (1 - alpha) + moved * alpha).astype(np.uint8)
+    return out, float(np.linalg.norm(shift))
 
 
 def blur_hard(rgb: np.ndarray) -> np.ndarray:

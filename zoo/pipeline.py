@@ -226,6 +226,8 @@ class DeidPipeline:
             infos: list = [None] * n
             done = [j for j in range(n) if errors[j] not in REFUSED]  # a face recovery refuses stays as it was
             reaches = [_region_reach(operation, checks[j], fr_carried[j]) for j in range(n)]
+            # right-key recovery of a face blurred at anonymization: the recovered face over the whole blurred rectangle
+            restore = [operation == "recover" and errors[j] is None and bool(getattr(fr_carried[j], "blurred", False)) for j in range(n)]
             got: list = []
             canvas = compose(
                 rgb,
@@ -236,6 +238,7 @@ class DeidPipeline:
                 self.method.draws_new_face,
                 [reaches[j] for j in done],
                 self.method.blend_mode,
+                [restore[j] for j in done],
             )
             for j, info in zip(done, got):
                 infos[j] = info
@@ -253,7 +256,8 @@ class DeidPipeline:
                         face, out, lat = fr_faces[j], outs[j], latents[j]
                         flags[j] = False
                         if out is not None and lat is not None:
-                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j], reaches[j])
+                            blurred = checks[j] is not None and checks[j].blurred
+                            block = carried_block(tag, fr_indices[j], face.box, face.landmarks, lat, variants[j], face_keys[j], reaches[j], blurred)
                             flags[j] = carrier.embed(canvas, block, face.center, taken)
                 elif carries:
                     flags = [c is not None and (c.complete if isinstance(c, carrier.CarriedLatent) else True) for c in fr_carried]
@@ -479,11 +483,11 @@ def _region_reach(operation: str, check: Any, carried: Any) -> float | None:
     return getattr(carried, "reach", None) if operation == "recover" else None
 
 
-def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: int, key, reach: float | None = None) -> Any:
+def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: int, key, reach: float | None = None, blurred: bool = False) -> Any:
     """The :class:`~zoo.carrier.CarriedLatent` of one anonymized face: what the method carries (``carried``:
     {"latent", optional "code"}), its place (``box`` [4], ``landmarks`` [5, 2], image pixels), the guard's key
     ``variant`` and the check byte of the face's ``key``, sealed with that key (None: no key, no check, no seal), and
-    the compositing ``reach`` the guard kept (None: the default region)."""
+    the compositing ``reach`` the guard kept (None: the default region); ``blurred``: the guard blurred the face."""
     from .carrier import CarriedLatent
 
     return CarriedLatent(
@@ -497,6 +501,7 @@ def carried_block(tag: int, index: int, box, landmarks, carried: dict, variant: 
         key_check=key.carrier_check(variant) if key is not None else None,
         key=key,
         reach=reach,
+        blurred=bool(blurred),
     )
 
 
