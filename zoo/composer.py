@@ -9,7 +9,7 @@ through the 5-point mask (:func:`zoo.paste.paste_back`); a face without output i
 * each face's :class:`~zoo.compositing.RegionPlan` (mesh, region, the original's colour and sharpness) is made once
   per reach and crop size;
 * a face composited with the same crop over the same pixels as the last time is not composited again: its pixels
-  are copied. ``composite_face`` reads and writes the canvas only inside the region plan's box, so this is exact. In
+  are copied. ``composite_face`` reads and writes the canvas only inside the region plan's window, so this is exact. In
   a group photo the guard measures one face at a time, and every other face is drawn as before.
 
 All images are uint8 RGB [H, W, 3].
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 @dataclass
 class _Composited:
-    """One face's last composite at one (reach, crop size): the crop, the canvas inside the plan's box before, and
+    """One face's last composite at one (reach, crop size): the crop, the canvas inside the plan's window before, and
     after, and its report."""
 
     crop: np.ndarray
@@ -97,17 +97,17 @@ class PhotoComposer:
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = compositing.plan_region(self.rgb, matrix, face.landmarks, crop.shape[0], reach)
-        if plan.roi is None:
+        if plan.window is None:
             return compositing.composite_face(canvas, self.rgb, crop, matrix, face.landmarks, self.blend_mode, reach=reach, plan=plan)
-        x0, y0, x1, y1 = plan.roi
-        before = canvas[y0:y1, x0:x1][plan.box]
+        window = plan.slices
+        before = canvas[window]
         last = self._last.get(key)
         if last is not None and np.array_equal(last.crop, crop) and np.array_equal(last.before, before):
             out = canvas.copy()
-            out[y0:y1, x0:x1][plan.box] = last.after
+            out[window] = last.after
             return out, last.info
         out, info = compositing.composite_face(canvas, self.rgb, crop, matrix, face.landmarks, self.blend_mode, reach=reach, plan=plan)
-        self._last[key] = _Composited(crop, before.copy(), out[y0:y1, x0:x1][plan.box].copy(), info)
+        self._last[key] = _Composited(crop, before.copy(), out[window].copy(), info)
         return out, info
 
 

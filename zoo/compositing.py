@@ -13,8 +13,8 @@ each face). Each step is a small function:
    (mean of L, a, b; spread of a, b; the spread of L only within ``[0.8, 1.25]`` so the shading stays); a region
    the guard widened is matched in two zones, the default region and the band beyond it
    (:func:`match_colour_zones`).
-3. :func:`match_sharpness` - the new face blurred, or given grain and sharpened, until its Laplacian variance
-   matches the original face's (a large render is area-downsampled first, :func:`zoo.paste.paste_back`).
+3. :func:`match_sharpness` (:mod:`zoo.sharpness`) - the new face blurred, or given grain and sharpened, until its
+   Laplacian variance matches the original face's (a large render is area-downsampled first, :func:`zoo.paste.paste_back`).
 4. :func:`blend` - a feathered alpha blend (default) or a gradient-domain (Poisson) blend; pixels where
    the mask is 0 stay bit-identical.
 
@@ -29,13 +29,24 @@ All images are uint8 RGB [H, W, 3]; masks float32 [H, W] in [0, 1].
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
 from .face_mesh import face_mesh
+from .sharpness import (  # noqa: F401 (match_sharpness and the constants: the stage's step 3, re-exported)
+    MAX_UNSHARP,
+    SHARPNESS_BAND,
+    SUPPORT_MARGIN,
+    SharpnessTarget,
+    laplacian_variance,
+    match_sharpness,
+    noise_level,
+    sharpness_target,
+    support_box,
+    weighted_stats,
+)
 
 log = logging.getLogger(__name__)
 
@@ -62,15 +73,8 @@ FEATURE_POINTS = (
     (300, 293, 334, 296, 336, 285, 295, 282, 283, 276),  # image-right brow
     (61, 146, 91, 181, 84, 17, 314, 405, 321, 375, 291, 409, 270, 269, 267, 0, 37, 39, 40, 185),  # outer lips
 )
-#: pixels around a mask's support that :func:`match_sharpness` reads: more than the reach of its widest filter
-#: (the 3x3 Laplacian on a Gaussian blur of sigma <= 4, whose 8-bit kernel reaches 12 px)
-SUPPORT_MARGIN = 16
 #: limits of the L-channel spread ratio in :func:`match_colour` (shading kept)
 L_SPREAD_RANGE = (0.8, 1.25)
-#: sharpness ratio (Laplacian variance, new / original) accepted without change
-SHARPNESS_BAND = (0.8, 1.25)
-#: the strongest unsharp mask :func:`match_sharpness` applies (amount of the 1 px detail added back)
-MAX_UNSHARP = 3.0
 #: the blends :func:`blend` knows: "feather" (alpha through the mask, every method's default) and "poisson"
 #: (gradient-domain: the face takes the colours of the photo at the region's edge; docs/reference.md)
 BLEND_MODES = ("feather", "poisson")
@@ -102,25 +106,39 @@ class CompositeInfo:
 def hull_mask(shape: tuple[int, int], point_sets: list[np.ndarray], grow: float, feather: float) -> np.ndarray:
     """float32 [H, W]: the convex hull of all ``point_sets`` (pixels) with a feathered edge: 1 deeper than
     ``feather - grow`` pixels inside the hull, ramping (smoothstep) to exactly 0 at ``grow`` pixels outside it."""
-    h, w = shape
     pts = np.concatenate([np.asarray(p, dtype=np.float64).reshape(-1, 2) for p in point_sets])
     hull = cv2.convexHull(np.rint(pts).astype(np.int32))
-    inside = np.zeros((h, w), np.uint8)
-    cv2.fillConvexPoly(inside, hull, 1)
+    out = np.zeros(shape, np.float32)
+    rows, cols = _points_window(shape, hull, int(np.ceil(max(grow, 0.0))) + 2)  # where the mask can be non-zero
+    inside = np.zeros((rows.stop - rows.start, cols.stop - cols.start), np.uint8)
+    cv2.fillConvexPoly(inside, hull - np.array([cols.start, rows.start], np.int32), 1)
     signed = cv2.distanceTransform(1 - inside, cv2.DIST_L2, 5) - cv2.distanceTransform(inside, cv2.DIST_L2, 5)  # > 0 outside
     t = np.clip((grow - signed) / max(feather, 1e-6), 0.0, 1.0)
-    return (t * t * (3 - 2 * t)).astype(np.float32)
+    out[rows, cols] = t * t * (3 - 2 * t)
+    return out
+
+
+def _points_window(shape: tuple[int, int], points: np.ndarray, margin: int) -> tuple[slice, slice]:
+    """Row and column slices of the bounding box of ``points`` (pixels, [..., 2] as x, y) grown by ``margin``,
+    clipped to ``shape`` (at least one pixel)."""
+    p = np.asarray(points).reshape(-1, 2)
+    h, w = shape
+    x0, y0 = np.clip(np.floor(p.min(0)).astype(int) - margin, 0, [w - 1, h - 1])
+    x1, y1 = np.clip(np.ceil(p.max(0)).astype(int) + margin + 1, [x0 + 1, y0 + 1], [w, h])
+    return slice(int(y0), int(y1)), slice(int(x0), int(x1))
 
 
 def feature_mask(shape: tuple[int, int], mesh: np.ndarray, margin: float) -> np.ndarray:
     """float32 [H, W], 1 on each feature (eyes, brows, lips: :data:`FEATURE_POINTS`) grown by ``margin`` pixels, else 0."""
-    h, w = shape
-    out = np.zeros((h, w), np.uint8)
-    for idx in FEATURE_POINTS:
-        cv2.fillConvexPoly(out, cv2.convexHull(np.rint(mesh[list(idx)]).astype(np.int32)), 1)
     r = max(1, int(round(margin)))
-    grown = cv2.dilate(out, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
-    return grown.astype(np.float32)
+    points = np.rint(mesh[[i for idx in FEATURE_POINTS for i in idx]]).astype(np.int32)
+    rows, cols = _points_window(shape, points, r + 2)  # the dilation reaches r pixels
+    part = np.zeros((rows.stop - rows.start, cols.stop - cols.start), np.uint8)
+    for idx in FEATURE_POINTS:
+        cv2.fillConvexPoly(part, cv2.convexHull(np.rint(mesh[list(idx)]).astype(np.int32)) - np.array([cols.start, rows.start], np.int32), 1)
+    out = np.zeros(shape, np.float32)
+    out[rows, cols] = cv2.dilate(part, cv2.getStructuringElement(cv2.MORPH_ELLIPSE, (2 * r + 1, 2 * r + 1)))
+    return out
 
 
 def is_small_face(landmarks5: np.ndarray) -> bool:
@@ -185,36 +203,18 @@ def face_size(points: np.ndarray) -> float:
 
 # ====================================================================== 2. colour
 def _lab(rgb: np.ndarray) -> np.ndarray:
-    return cv2.cvtColor(np.asarray(rgb, dtype=np.float32) / 255.0, cv2.COLOR_RGB2LAB)
+    scaled = np.asarray(rgb, dtype=np.float32) * np.float32(1.0 / 255.0)
+    return cv2.cvtColor(scaled, cv2.COLOR_RGB2LAB)
 
 
 def _rgb(lab: np.ndarray) -> np.ndarray:
-    return np.clip(np.rint(cv2.cvtColor(lab.astype(np.float32), cv2.COLOR_LAB2RGB) * 255.0), 0, 255).astype(np.uint8)
-
-
-def _weighted_stats(values: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Mask-weighted mean and standard deviation per channel of ``values`` ``[H,W,C]`` (or ``[H,W]``) under
-    ``mask`` (weights or bool, ``[H,W]``), in float64; only the pixels of non-zero weight are read (zeros if none).
-    A bool mask skips the weighting (the same numbers: every weight is 1)."""
-    mask = np.asarray(mask)
-    flat = np.asarray(values).reshape(mask.size, -1)
-    if mask.dtype == bool:
-        picked = flat[mask.ravel()].astype(np.float64)
-        total = max(float(picked.shape[0]), 1e-6)
-        mean = picked.sum(0) / total
-        return mean, np.sqrt(((picked - mean) ** 2).sum(0) / total)
-    wgt = mask.astype(np.float64).ravel()
-    keep = np.flatnonzero(wgt)
-    picked = flat[keep].astype(np.float64)
-    wgt = wgt[keep, None]
-    total = max(float(wgt.sum()), 1e-6)
-    mean = (picked * wgt).sum(0) / total
-    return mean, np.sqrt(((picked - mean) ** 2 * wgt).sum(0) / total)
+    rgb = cv2.cvtColor(np.asarray(lab, dtype=np.float32), cv2.COLOR_LAB2RGB)
+    return cv2.convertScaleAbs(np.maximum(rgb, 0.0, out=rgb), alpha=255.0)  # rounded, clipped to 0-255
 
 
 def mean_lab(rgb: np.ndarray, mask: np.ndarray) -> np.ndarray:
-    """Mask-weighted mean Lab colour (L in 0-100) of uint8 ``rgb``."""
-    return _weighted_stats(_lab(rgb), mask)[0]
+    """Mask-weighted mean Lab colour (L in 0-100) of uint8 ``rgb`` [H, W, 3] under ``mask`` (weights or bool, [H, W])."""
+    return weighted_stats(_lab(rgb), mask)[0]
 
 
 def delta_e(a: np.ndarray, b: np.ndarray) -> float:
@@ -234,11 +234,14 @@ class ColourTarget:
 
     def apply(self, new: np.ndarray) -> np.ndarray:
         """uint8 ``new`` (the shape of the reference) with its colour moved to the target."""
+        if not self.stats:
+            return np.array(new, dtype=np.uint8, copy=True)
+        lab = _lab(new)
         if self.zones is None:
-            return _move_colour(new, self.mask, self.stats[0] if self.stats else None)
+            return _move_colour(new, self.mask, self.stats[0], lab)
         core, band, inner = self.zones
-        a = _move_colour(new, core, self.stats[0]).astype(np.float32)
-        b = _move_colour(new, band, self.stats[1]).astype(np.float32)
+        a = _move_colour(new, core, self.stats[0], lab).astype(np.float32)
+        b = _move_colour(new, band, self.stats[1], lab).astype(np.float32)
         w = inner[..., None]
         return np.clip(np.rint(w * a + (1.0 - w) * b), 0, 255).astype(np.uint8)
 
@@ -252,24 +255,26 @@ def colour_target(reference: np.ndarray, mask: np.ndarray, inner: np.ndarray | N
         core = inner >= 0.999
         if band.sum() >= 16 and core.sum() >= 16:
             lab = _lab(reference)
-            return ColourTarget(mask, [_weighted_stats(lab, core), _weighted_stats(lab, band)], (core, band, inner))
+            return ColourTarget(mask, [weighted_stats(lab, core), weighted_stats(lab, band)], (core, band, inner))
     if np.asarray(mask, dtype=np.float64).sum() < 4:
         return ColourTarget(mask, [])
-    return ColourTarget(mask, [_weighted_stats(_lab(reference), mask)])
+    return ColourTarget(mask, [weighted_stats(_lab(reference), mask)])
 
 
-def _move_colour(new: np.ndarray, mask: np.ndarray, target: tuple[np.ndarray, np.ndarray] | None) -> np.ndarray:
+def _move_colour(new: np.ndarray, mask: np.ndarray, target: tuple[np.ndarray, np.ndarray] | None, lab: np.ndarray | None = None) -> np.ndarray:
     """uint8 ``new`` with its Lab statistics under ``mask`` moved to ``target`` (mean, sd): every channel's mean,
-    the a/b spread, and the L spread within :data:`L_SPREAD_RANGE`; unchanged under a mask of under 4 pixels."""
+    the a/b spread, and the L spread within :data:`L_SPREAD_RANGE`; unchanged under a mask of under 4 pixels.
+    ``lab``: ``new`` in Lab, where the caller has it."""
     if target is None or np.asarray(mask, dtype=np.float64).sum() < 4:
         return np.array(new, dtype=np.uint8, copy=True)
-    lab_new = _lab(new)
-    (mu_n, sd_n), (mu_r, sd_r) = _weighted_stats(lab_new, mask), target
+    lab_new = _lab(new) if lab is None else lab
+    (mu_n, sd_n), (mu_r, sd_r) = weighted_stats(lab_new, mask), target
     ratio = sd_r / np.maximum(sd_n, 1e-3)
     ratio[0] = np.clip(ratio[0], *L_SPREAD_RANGE)
     ratio[1:] = np.clip(ratio[1:], 0.5, 2.0)
-    moved = (lab_new - mu_n) * ratio + mu_r
-    moved[..., 0] = np.clip(moved[..., 0], 0, 100)
+    offset = mu_r - mu_n * ratio  # moved = (lab - mu_n) * ratio + mu_r, in float32
+    moved = lab_new * ratio.astype(np.float32) + offset.astype(np.float32)
+    np.clip(moved[..., 0], 0, 100, out=moved[..., 0])
     return _rgb(moved)
 
 
@@ -288,106 +293,7 @@ def match_colour_zones(new: np.ndarray, reference: np.ndarray, mask: np.ndarray,
     return colour_target(reference, mask, inner).apply(new)
 
 
-# ====================================================================== 3. sharpness and grain
-def laplacian_variance(rgb: np.ndarray, mask: np.ndarray) -> float:
-    """Mask-weighted variance of the grey Laplacian (a sharpness measure; higher is sharper)."""
-    grey = cv2.cvtColor(np.asarray(rgb, dtype=np.uint8), cv2.COLOR_RGB2GRAY).astype(np.float32)
-    return float(_weighted_stats(cv2.Laplacian(grey, cv2.CV_32F, ksize=3), mask)[1][0] ** 2)
-
-
-@dataclass
-class SharpnessTarget:
-    """The original's sharpness and grain inside a region (:func:`sharpness_target`), read once per face and region
-    and matched by every face drawn there (:meth:`apply`). ``box``: the mask's support plus :data:`SUPPORT_MARGIN`
-    px (every filter here reaches less far, so the measures run on that part); ``variance``: the Laplacian
-    variance there; ``noise``: :func:`noise_level` there."""
-
-    box: tuple[slice, slice]
-    mask: np.ndarray
-    variance: float
-    noise: float
-
-    def apply(self, new: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-        """uint8 ``new`` (the shape of the reference) brought to the target's sharpness: blurred when its Laplacian
-        variance is above :data:`SHARPNESS_BAND`; when below, given the grain it lacks (see :func:`noise_level`)
-        and, if still below, an unsharp mask (radius 1 px) just strong enough. The grain is seeded (``seed``): the
-        same inputs give the same output. Returns (image, what was done)."""
-        box, part_mask, target = self.box, self.mask, self.variance
-        have = laplacian_variance(new[box], part_mask)
-        if target <= 0 or SHARPNESS_BAND[0] * target <= have <= SHARPNESS_BAND[1] * target:
-            return np.array(new, dtype=np.uint8, copy=True), "kept"
-        if have > target:
-            part = np.ascontiguousarray(new[box])
-            sigma = _bisect(lambda s: laplacian_variance(cv2.GaussianBlur(part, (0, 0), s), part_mask) > target, 0.0, 4.0)
-            return cv2.GaussianBlur(new, (0, 0), sigma, borderType=cv2.BORDER_REPLICATE), f"blurred (sigma={sigma:.2f})"
-        # smoother than the photo: first the photo's grain (its robust noise level), then, if the edges are still
-        # softer, an unsharp mask under the grain
-        grain_sigma = float(np.sqrt(max(self.noise**2 - noise_level(new[box], part_mask) ** 2, 0.0)))
-        grain = np.random.default_rng(seed).normal(0.0, grain_sigma, new.shape[:2]).astype(np.float32)[..., None]
-        base = new.astype(np.float32)
-        soft = cv2.GaussianBlur(base, (0, 0), 1.0)
-        part_base, part_detail, part_grain = base[box], base[box] - soft[box], grain[box]
-
-        def render_part(amount: float) -> np.ndarray:
-            return np.clip(np.rint(part_base + amount * part_detail + part_grain), 0, 255).astype(np.uint8)
-
-        done = []
-        if grain_sigma >= 0.5:
-            done.append(f"grain (sigma={grain_sigma:.2f})")
-        amount = 0.0
-        if laplacian_variance(render_part(0.0), part_mask) < SHARPNESS_BAND[0] * target:
-            amount = _bisect(lambda a: laplacian_variance(render_part(a), part_mask) < target, 0.0, MAX_UNSHARP)
-            done.append(f"unsharp (amount={amount:.2f})")
-        return np.clip(np.rint(base + amount * (base - soft) + grain), 0, 255).astype(np.uint8), ", ".join(done) or "kept"
-
-
-def sharpness_target(reference: np.ndarray, mask: np.ndarray) -> SharpnessTarget:
-    """What :func:`match_sharpness` brings a new face to: ``reference``'s (uint8 [H, W, 3]) Laplacian variance and
-    grain inside ``mask`` ([H, W]), measured on the mask's support and the :data:`SUPPORT_MARGIN` px around it."""
-    box = _support_box(mask, SUPPORT_MARGIN)
-    part_mask = np.asarray(mask)[box]
-    return SharpnessTarget(box, part_mask, laplacian_variance(reference[box], part_mask), noise_level(reference[box], part_mask))
-
-
-def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, seed: int = 0) -> tuple[np.ndarray, str]:
-    """uint8 ``new`` brought to ``reference``'s sharpness inside ``mask`` (:func:`sharpness_target`,
-    :meth:`SharpnessTarget.apply`). Returns (image, what was done)."""
-    return sharpness_target(reference, mask).apply(new, seed)
-
-
-def _support_box(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
-    """Row and column slices of the bounding box of ``mask > 0`` grown by ``margin`` px, clipped to the mask; the
-    whole mask where it is empty."""
-    rows, cols = np.nonzero(np.asarray(mask) > 0)
-    if rows.size == 0:
-        return slice(None), slice(None)
-    h, w = np.asarray(mask).shape[:2]
-    y0, y1 = max(int(rows.min()) - margin, 0), min(int(rows.max()) + margin + 1, h)
-    return slice(y0, y1), slice(max(int(cols.min()) - margin, 0), min(int(cols.max()) + margin + 1, w))
-
-
-def _bisect(below: Callable[[float], bool], lo: float, hi: float, steps: int = 10) -> float:
-    """The point in [lo, hi] where ``below`` turns False (``below`` monotone: True at lo)."""
-    for _ in range(steps):
-        mid = (lo + hi) / 2
-        if below(mid):
-            lo = mid
-        else:
-            hi = mid
-    return (lo + hi) / 2
-
-
-def noise_level(rgb: np.ndarray, mask: np.ndarray) -> float:
-    """Robust grain estimate (grey levels): the median absolute 4-neighbour Laplacian inside ``mask`` (> 0.5),
-    scaled so that white noise of std s reads s (its Laplacian has std sqrt(20) s; MAD -> std x 1.4826)."""
-    grey = cv2.cvtColor(np.asarray(rgb, dtype=np.uint8), cv2.COLOR_RGB2GRAY).astype(np.float32)
-    lap = cv2.Laplacian(grey, cv2.CV_32F, ksize=1)[np.asarray(mask) > 0.5]  # 4-neighbour kernel
-    if lap.size == 0:
-        return 0.0
-    return float(1.4826 * np.median(np.abs(lap - np.median(lap))) / np.sqrt(20.0))
-
-
-# ====================================================================== 4. blend
+# ====================================================================== 4. blend (step 3, sharpness and grain: :mod:`zoo.sharpness`)
 def check_blend_mode(mode: str) -> None:
     """Raise ValueError unless ``mode`` is one of :data:`BLEND_MODES`."""
     if mode not in BLEND_MODES:
@@ -403,9 +309,9 @@ def blend(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray, mode: str = "fe
     m = np.clip(np.asarray(mask, dtype=np.float32), 0, 1)
     if mode == "poisson":
         src = _poisson(canvas, src, m)
-    m3 = m[..., None]
-    mixed = np.rint(canvas.astype(np.float32) * (1 - m3) + src.astype(np.float32) * m3).astype(np.uint8)
-    return np.where(m3 > 0, mixed, canvas)
+    from .paste import alpha_blend
+
+    return alpha_blend(canvas, src, m)
 
 
 def _poisson(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndarray:
@@ -471,20 +377,28 @@ class RegionPlan:
     the region and the colour and sharpness targets. It depends only on the photo, the face and the reach, so one
     plan serves every face drawn there (the privacy guard composites a face up to about 20 times).
 
-    ``roi``: (x0, y0, x1, y1), the crop's footprint in the photo (None: too small to composite, pasted instead);
-    ``mask``: the region in the ROI (float32 [h, w]); ``stats_mask``: its fully replaced part (bool), where colour
-    and sharpness are measured; ``box``: the mask's support plus :data:`SUPPORT_MARGIN`, the part worked on."""
+    ``window``: (x0, y0, x1, y1), the part of the photo worked on: the region's support plus
+    :data:`SUPPORT_MARGIN`, inside the crop's footprint (None: too small to composite, pasted instead); ``mask``: the
+    region in the window (float32 [h, w]); ``stats_mask``: its fully replaced part (bool), where colour and
+    sharpness are measured."""
 
     crop_size: int
-    roi: tuple[int, int, int, int] | None
+    window: tuple[int, int, int, int] | None
     kind: str = "5-point"
     small: bool = False
     reach: float = MASK_GROW
     mask: np.ndarray | None = None
     stats_mask: np.ndarray | None = None
-    box: tuple[slice, slice] = (slice(None), slice(None))
     colour: ColourTarget | None = None
     sharpness: SharpnessTarget | None = None
+
+    @property
+    def slices(self) -> tuple[slice, slice]:
+        """Row and column slices of the window in the photo (the whole photo when there is no window)."""
+        if self.window is None:
+            return slice(None), slice(None)
+        x0, y0, x1, y1 = self.window
+        return slice(y0, y1), slice(x0, x1)
 
 
 def plan_region(original: np.ndarray, matrix: np.ndarray, landmarks5: np.ndarray, crop_size: int, reach: float | None = None) -> RegionPlan:
@@ -506,16 +420,17 @@ def plan_region(original: np.ndarray, matrix: np.ndarray, landmarks5: np.ndarray
     mask, default_region, kind = face_region_masks(ref, lm - [x0, y0], reach)
     if mask is None:  # 5-point superellipse in crop coordinates, warped into the ROI
         mask = _warp_crop_mask(face_mask(size, scale=fallback_mask_scale(lm, reach)), matrix, x0, y0, (x1 - x0, y1 - y0))
+    # colour and blend are per pixel given the statistics: only the mask's support (and the margin the sharpness
+    # filters read) is worked on; the rest of the region of interest is never shown
+    rows, cols = support_box(mask, SUPPORT_MARGIN)
+    mask, ref = mask[rows, cols], ref[rows, cols]
     stats_mask = mask >= 0.999  # colour and sharpness statistics from the fully replaced region
     if stats_mask.sum() < 16:
         stats_mask = mask > 0
-    # colour and blend are per pixel given the statistics: only the mask's support (and the margin the sharpness
-    # filters read) is worked on; the rest of the region of interest is never shown
-    box = _support_box(mask, SUPPORT_MARGIN)
     widened = default_region is not None and default_region is not mask  # face and band matched apart
-    colour = colour_target(ref[box], stats_mask[box], default_region[box] if widened else None)  # type: ignore[index]
-    roi = (int(x0), int(y0), int(x1), int(y1))
-    return RegionPlan(size, roi, kind, is_small_face(lm), region_reach(lm, reach), mask, stats_mask, box, colour, sharpness_target(ref, stats_mask))
+    colour = colour_target(ref, stats_mask, default_region[rows, cols] if widened else None)  # type: ignore[index]
+    window = (int(x0 + (cols.start or 0)), int(y0 + (rows.start or 0)), int(x0 + (cols.stop or x1 - x0)), int(y0 + (rows.stop or y1 - y0)))
+    return RegionPlan(size, window, kind, is_small_face(lm), region_reach(lm, reach), mask, stats_mask, colour, sharpness_target(ref, stats_mask))
 
 
 def composite_face(
@@ -536,28 +451,26 @@ def composite_face(
     how far beyond the mesh hull the new face replaces the photo (:func:`region_reach`; the 5-point fallback
     grows by :func:`fallback_mask_scale`); ``plan``: :func:`plan_region` of these (made here when None; a caller
     compositing several faces at one place passes one).
-    Works on the face's region of interest only; pixels outside the mask's support stay bit-identical.
+    Works on the plan's window only; pixels outside the mask's support stay bit-identical.
     """
     from .paste import paste_back
 
     plan = plan_region(original, matrix, landmarks5, crop.shape[0], reach) if plan is None else plan
     if plan.crop_size != crop.shape[0]:
         raise ValueError(f"the region plan is for {plan.crop_size} px crops, got {crop.shape[0]} px")
-    if plan.roi is None:
+    if plan.window is None:
         return paste_back(canvas, crop, matrix), CompositeInfo("5-point", 0.0, "kept", "feather")
     assert plan.mask is not None and plan.stats_mask is not None and plan.colour is not None and plan.sharpness is not None
-    x0, y0, x1, y1 = plan.roi
-    box, stats_mask = plan.box, plan.stats_mask
+    x0, y0 = plan.window[:2]
+    stats_mask, window = plan.stats_mask, plan.slices
     # the new face warped into the photo (area-downsampled when the face is small), over the original
     full_mask = np.ones((crop.shape[0], crop.shape[0]), np.float32)
-    warped = paste_back(np.asarray(original, dtype=np.uint8)[y0:y1, x0:x1].copy(), crop, _shifted(matrix, x0, y0), mask=full_mask)
-    coloured = warped.copy()
-    coloured[box] = plan.colour.apply(warped[box])
-    shift = delta_e(mean_lab(warped[box], stats_mask[box]), mean_lab(coloured[box], stats_mask[box]))
+    warped = paste_back(np.asarray(original, dtype=np.uint8)[window], crop, _shifted(matrix, x0, y0), mask=full_mask)
+    coloured = plan.colour.apply(warped)
+    shift = delta_e(mean_lab(warped, stats_mask), mean_lab(coloured, stats_mask))
     textured, sharp = plan.sharpness.apply(coloured, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
-    roi = out[y0:y1, x0:x1]
-    roi[box] = blend(roi[box], textured[box], plan.mask[box], blend_mode)
+    out[window] = blend(out[window], textured, plan.mask, blend_mode)
     return out, CompositeInfo(plan.kind, shift, sharp, blend_mode, plan.small, plan.reach)
 
 

@@ -52,6 +52,13 @@ def face_mask(size: int, landmarks_in_crop: np.ndarray | None = None, feather: f
     return mask
 
 
+def alpha_blend(canvas: np.ndarray, new: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """uint8 ``round(canvas * (1 - mask) + new * mask)`` ([H, W, 3] each) for ``mask`` float32 [H, W] in [0, 1]:
+    ``canvas`` where the mask is 0 and ``new`` where it is 1, bit for bit."""
+    mask = np.ascontiguousarray(mask, dtype=np.float32)
+    return cv2.blendLinear(np.ascontiguousarray(canvas, dtype=np.uint8), np.ascontiguousarray(new, dtype=np.uint8), 1.0 - mask, mask)
+
+
 def paste_back(
     canvas: np.ndarray,
     crop: np.ndarray,
@@ -95,10 +102,7 @@ def paste_back(
     roi_size = (int(x1 - x0), int(y1 - y0))
     warped = cv2.warpAffine(src, inv_src, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     wmask = cv2.warpAffine(mask, inv_src, roi_size, flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_CONSTANT, borderValue=0)
-    region = out[y0:y1, x0:x1]
-    m3 = np.clip(wmask, 0, 1)[:, :, None]
-    blended = np.rint(region.astype(np.float32) * (1 - m3) + warped.astype(np.float32) * m3).astype(np.uint8)
-    out[y0:y1, x0:x1] = np.where(m3 > 0, blended, region)
+    out[y0:y1, x0:x1] = alpha_blend(out[y0:y1, x0:x1], warped, np.clip(wmask, 0, 1))
     return out
 
 
