@@ -205,6 +205,19 @@ def test_blend_leaves_pixels_outside_the_mask_bit_identical(mode):
     assert np.abs(out[mask == 1].astype(int) - canvas[mask == 1].astype(int)).mean() > 30
 
 
+def test_alpha_blend_keeps_both_ends_bit_identical_and_mixes_between():
+    from zoo.paste import alpha_blend
+
+    canvas, new = _patch((60, 80, 100), 30, 64, seed=4), _patch((200, 180, 160), 30, 64, seed=5)
+    mask = np.tile(np.linspace(0.0, 1.0, 64, dtype=np.float32)[None, :], (64, 1))
+    mask[:, 20:30] = 0.0
+    mask[:, 50:] = 1.0
+    out = alpha_blend(canvas[:, ::-1], new, mask)  # a non-contiguous view blends as its copy does
+    assert np.array_equal(out[mask == 0], canvas[:, ::-1][mask == 0]) and np.array_equal(out[mask == 1], new[mask == 1])
+    exact = canvas[:, ::-1].astype(np.float64) * (1 - mask[..., None]) + new.astype(np.float64) * mask[..., None]
+    assert np.abs(out - exact).max() <= 0.5 + 1e-3
+
+
 def test_blend_rejects_an_unknown_mode():
     with pytest.raises(ValueError, match="blend mode"):
         compositing.blend(np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8, 3), np.uint8), np.zeros((8, 8), np.float32), "alpha")
