@@ -109,8 +109,9 @@ class SharpnessTarget:
         if grain_sigma >= 0.5:
             done.append(f"grain (sigma={grain_sigma:.2f})")
         amount, plain = 0.0, render(0.0)
-        if laplacian_variance(plain, part_mask) < SHARPNESS_BAND[0] * target:
-            amount = _unsharp_amount(render, grained, detail, part_mask, target, laplacian_variance(plain, part_mask))
+        at_zero = laplacian_variance(plain, part_mask)
+        if at_zero < SHARPNESS_BAND[0] * target:
+            amount = _unsharp_amount(render, grained, detail, part_mask, target, at_zero)
             done.append(f"unsharp (amount={amount:.2f})")
         out[box] = plain if amount == 0.0 else render(amount)
         return out, ", ".join(done) or "kept"
