@@ -429,7 +429,8 @@ def plan_region(original: np.ndarray, matrix: np.ndarray, landmarks5: np.ndarray
         stats_mask = mask > 0
     widened = default_region is not None and default_region is not mask  # face and band matched apart
     colour = colour_target(ref, stats_mask, default_region[rows, cols] if widened else None)  # type: ignore[index]
-    window = (int(x0 + (cols.start or 0)), int(y0 + (rows.start or 0)), int(x0 + (cols.stop or x1 - x0)), int(y0 + (rows.stop or y1 - y0)))
+    (r0, r1, _), (c0, c1, _) = rows.indices(y1 - y0), cols.indices(x1 - x0)  # in the ROI
+    window = (int(x0 + c0), int(y0 + r0), int(x0 + c1), int(y0 + r1))
     return RegionPlan(size, window, kind, is_small_face(lm), region_reach(lm, reach), mask, stats_mask, colour, sharpness_target(ref, stats_mask))
 
 
