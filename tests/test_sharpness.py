@@ -80,8 +80,10 @@ def test_unsharp_amount_reaches_the_target_by_its_model_or_by_bisection(monkeypa
 
     at_zero = sharpness.laplacian_variance(render(0.0), mask)
     target = 1.3 * at_zero
-    amount = sharpness._unsharp_amount(render, grained, detail, mask, target, at_zero)
+    amount, rendered = sharpness._unsharp_amount(render, grained, detail, mask, target, at_zero)
     assert 0.0 < amount < sharpness.MAX_UNSHARP
-    assert sharpness.laplacian_variance(render(amount), mask) == pytest.approx(target, rel=0.06)
+    assert np.array_equal(rendered, render(amount))  # the face it returns is the one at that amount
+    assert sharpness.laplacian_variance(rendered, mask) == pytest.approx(target, rel=0.06)
     far = 1000.0 * at_zero
-    assert sharpness._unsharp_amount(render, grained, detail, mask, far, at_zero) == sharpness.MAX_UNSHARP
+    amount, rendered = sharpness._unsharp_amount(render, grained, detail, mask, far, at_zero)
+    assert amount == sharpness.MAX_UNSHARP and np.array_equal(rendered, render(sharpness.MAX_UNSHARP))

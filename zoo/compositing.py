@@ -203,7 +203,9 @@ def face_size(points: np.ndarray) -> float:
 
 # ====================================================================== 2. colour
 def _lab(rgb: np.ndarray) -> np.ndarray:
-    scaled = np.asarray(rgb, dtype=np.float32) * np.float32(1.0 / 255.0)
+    """float32 Lab (L in 0-100) of uint8 ``rgb`` [H, W, 3]."""
+    scaled = np.array(rgb, dtype=np.float32)
+    scaled *= np.float32(1.0 / 255.0)
     return cv2.cvtColor(scaled, cv2.COLOR_RGB2LAB)
 
 
@@ -232,11 +234,12 @@ class ColourTarget:
     stats: list[tuple[np.ndarray, np.ndarray]]
     zones: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
 
-    def apply(self, new: np.ndarray) -> np.ndarray:
-        """uint8 ``new`` (the shape of the reference) with its colour moved to the target."""
+    def apply(self, new: np.ndarray, lab: np.ndarray | None = None) -> np.ndarray:
+        """uint8 ``new`` (the shape of the reference) with its colour moved to the target; ``lab``: ``new`` in Lab
+        (:func:`_lab`), where the caller has it."""
         if not self.stats:
             return np.array(new, dtype=np.uint8, copy=True)
-        lab = _lab(new)
+        lab = _lab(new) if lab is None else lab
         if self.zones is None:
             return _move_colour(new, self.mask, self.stats[0], lab)
         core, band, inner = self.zones
@@ -273,7 +276,8 @@ def _move_colour(new: np.ndarray, mask: np.ndarray, target: tuple[np.ndarray, np
     ratio[0] = np.clip(ratio[0], *L_SPREAD_RANGE)
     ratio[1:] = np.clip(ratio[1:], 0.5, 2.0)
     offset = mu_r - mu_n * ratio  # moved = (lab - mu_n) * ratio + mu_r, in float32
-    moved = lab_new * ratio.astype(np.float32) + offset.astype(np.float32)
+    moved = np.multiply(lab_new, ratio.astype(np.float32))
+    moved += offset.astype(np.float32)
     np.clip(moved[..., 0], 0, 100, out=moved[..., 0])
     return _rgb(moved)
 
@@ -467,8 +471,9 @@ def composite_face(
     # the new face warped into the photo (area-downsampled when the face is small), over the original
     full_mask = np.ones((crop.shape[0], crop.shape[0]), np.float32)
     warped = paste_back(np.asarray(original, dtype=np.uint8)[window], crop, _shifted(matrix, x0, y0), mask=full_mask)
-    coloured = plan.colour.apply(warped)
-    shift = delta_e(mean_lab(warped, stats_mask), mean_lab(coloured, stats_mask))
+    warped_lab = _lab(warped)
+    coloured = plan.colour.apply(warped, warped_lab)
+    shift = delta_e(weighted_stats(warped_lab, stats_mask)[0], mean_lab(coloured, stats_mask))
     textured, sharp = plan.sharpness.apply(coloured, seed=seed)
     out = np.array(canvas, dtype=np.uint8, copy=True)
     out[window] = blend(out[window], textured, plan.mask, blend_mode)

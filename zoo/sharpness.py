@@ -108,12 +108,12 @@ class SharpnessTarget:
         done = []
         if grain_sigma >= 0.5:
             done.append(f"grain (sigma={grain_sigma:.2f})")
-        amount, plain = 0.0, render(0.0)
-        at_zero = laplacian_variance(plain, part_mask)
+        rendered = render(0.0)
+        at_zero = laplacian_variance(rendered, part_mask)
         if at_zero < SHARPNESS_BAND[0] * target:
-            amount = _unsharp_amount(render, grained, detail, part_mask, target, at_zero)
+            amount, rendered = _unsharp_amount(render, grained, detail, part_mask, target, at_zero)
             done.append(f"unsharp (amount={amount:.2f})")
-        out[box] = plain if amount == 0.0 else render(amount)
+        out[box] = rendered
         return out, ", ".join(done) or "kept"
 
 
@@ -122,13 +122,15 @@ class SharpnessTarget:
 UNSHARP_MODEL_TOLERANCE = 0.05
 
 
-def _unsharp_amount(render: Callable[[float], np.ndarray], grained: np.ndarray, detail: np.ndarray, mask: np.ndarray, target: float, at_zero: float) -> float:
-    """The unsharp amount in [0, :data:`MAX_UNSHARP`] at which ``render(amount)`` (uint8 of ``grained + amount *
-    detail``, float32 [h, w, 3]) reaches the Laplacian variance ``target`` inside ``mask``; ``at_zero``: its variance
-    at amount 0. The Laplacian is linear, so before rounding the variance is a quadratic in the amount,
-    ``at_zero + 2 a c01 + a^2 c11`` (rounding and clipping add a near-constant offset, read at 0); its root is taken when the
-    rendered face lands within :data:`UNSHARP_MODEL_TOLERANCE` of the target, else the amount is bisected. MAX_UNSHARP
-    when even that stays below the target."""
+def _unsharp_amount(
+    render: Callable[[float], np.ndarray], grained: np.ndarray, detail: np.ndarray, mask: np.ndarray, target: float, at_zero: float
+) -> tuple[float, np.ndarray]:
+    """(amount, ``render(amount)``): the unsharp amount in [0, :data:`MAX_UNSHARP`] at which ``render(amount)``
+    (uint8 of ``grained + amount * detail``, float32 [h, w, 3]) reaches the Laplacian variance ``target`` inside
+    ``mask``; ``at_zero``: its variance at amount 0. The Laplacian is linear, so before rounding the variance is a
+    quadratic in the amount, ``at_zero + 2 a c01 + a^2 c11`` (rounding and clipping add a near-constant offset, read
+    at 0); its root is taken when the rendered face lands within :data:`UNSHARP_MODEL_TOLERANCE` of the target, else
+    the amount is bisected. MAX_UNSHARP when even that stays below the target."""
     lap0 = cv2.Laplacian(cv2.cvtColor(grained, cv2.COLOR_RGB2GRAY), cv2.CV_32F, ksize=3)
     lap1 = cv2.Laplacian(cv2.cvtColor(detail, cv2.COLOR_RGB2GRAY), cv2.CV_32F, ksize=3)
     sd = weighted_stats(np.stack([lap0, lap1, lap0 + lap1], axis=-1), mask)[1]
@@ -137,10 +139,12 @@ def _unsharp_amount(render: Callable[[float], np.ndarray], grained: np.ndarray, 
     disc = c01 * c01 - c11 * (at_zero - target)
     if c11 > 1e-9 and disc >= 0:
         amount = float(np.clip((-c01 + np.sqrt(disc)) / c11, 0.0, MAX_UNSHARP))
-        reached = laplacian_variance(render(amount), mask)
+        rendered = render(amount)
+        reached = laplacian_variance(rendered, mask)
         if abs(reached - target) <= UNSHARP_MODEL_TOLERANCE * target or (amount == MAX_UNSHARP and reached < target):
-            return amount
-    return _bisect(lambda a: laplacian_variance(render(a), mask) < target, 0.0, MAX_UNSHARP)
+            return amount, rendered
+    amount = _bisect(lambda a: laplacian_variance(render(a), mask) < target, 0.0, MAX_UNSHARP)
+    return amount, render(amount)
 
 
 def sharpness_target(reference: np.ndarray, mask: np.ndarray) -> SharpnessTarget:
