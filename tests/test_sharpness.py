@@ -53,6 +53,13 @@ def test_support_box_is_the_bounding_box_of_the_mask_grown_and_clipped():
     assert sharpness.support_box(np.zeros((5, 5)), 2) == (slice(None), slice(None))
 
 
+def test_grown_box_clips_to_the_image_and_keeps_one_pixel():
+    """A rectangle grown by a margin stays inside the image, and one wholly outside it still gives one edge pixel."""
+    assert sharpness.grown_box((4, 6, 3, 2), 2, (20, 30)) == (slice(4, 10), slice(2, 9))
+    assert sharpness.grown_box((0, 0, 30, 20), 5, (20, 30, 3)) == (slice(0, 20), slice(0, 30))
+    assert sharpness.grown_box((-50, 40, 10, 5), 1, (20, 30)) == (slice(19, 20), slice(0, 1))
+
+
 def test_bisect_finds_the_turning_point_and_saturates():
     assert sharpness._bisect(lambda x: x < 1.3, 0.0, 3.0) == pytest.approx(1.3, abs=3.0 / 1024)
     assert sharpness._bisect(lambda x: True, 0.0, 3.0) == 3.0  # never turns: the upper end

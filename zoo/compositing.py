@@ -40,6 +40,7 @@ from .sharpness import (  # noqa: F401 (match_sharpness and the constants: the s
     SHARPNESS_BAND,
     SUPPORT_MARGIN,
     SharpnessTarget,
+    grown_box,
     laplacian_variance,
     match_sharpness,
     noise_level,
@@ -119,13 +120,9 @@ def hull_mask(shape: tuple[int, int], point_sets: list[np.ndarray], grow: float,
 
 
 def _points_window(shape: tuple[int, int], points: np.ndarray, margin: int) -> tuple[slice, slice]:
-    """Row and column slices of the bounding box of ``points`` (pixels, [..., 2] as x, y) grown by ``margin``,
-    clipped to ``shape`` (at least one pixel)."""
-    p = np.asarray(points).reshape(-1, 2)
-    h, w = shape
-    x0, y0 = np.clip(np.floor(p.min(0)).astype(int) - margin, 0, [w - 1, h - 1])
-    x1, y1 = np.clip(np.ceil(p.max(0)).astype(int) + margin + 1, [x0 + 1, y0 + 1], [w, h])
-    return slice(int(y0), int(y1)), slice(int(x0), int(x1))
+    """Row and column slices of the bounding box of integer ``points`` (pixels, [..., 2] as x, y) grown by
+    ``margin``, clipped to ``shape`` (at least one pixel)."""
+    return grown_box(cv2.boundingRect(np.asarray(points, dtype=np.int32).reshape(-1, 1, 2)), margin, shape)
 
 
 def feature_mask(shape: tuple[int, int], mesh: np.ndarray, margin: float) -> np.ndarray:

@@ -164,11 +164,20 @@ def match_sharpness(new: np.ndarray, reference: np.ndarray, mask: np.ndarray, se
 def support_box(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
     """Row and column slices of the bounding box of ``mask > 0`` grown by ``margin`` px, clipped to the mask; the
     whole mask where it is empty."""
-    x, y, bw, bh = cv2.boundingRect((np.asarray(mask) > 0).view(np.uint8))
-    if bw == 0:
+    rect = cv2.boundingRect((np.asarray(mask) > 0).view(np.uint8))
+    if rect[2] == 0:
         return slice(None), slice(None)
-    h, w = np.asarray(mask).shape[:2]
-    return slice(max(y - margin, 0), min(y + bh + margin, h)), slice(max(x - margin, 0), min(x + bw + margin, w))
+    return grown_box(rect, margin, np.asarray(mask).shape[:2])
+
+
+def grown_box(rect: tuple[int, int, int, int], margin: int, shape: tuple[int, ...]) -> tuple[slice, slice]:
+    """Row and column slices of the pixel rectangle ``rect`` (x, y, width, height, as ``cv2.boundingRect``) grown by
+    ``margin`` px on every side and clipped to an image of ``shape`` (H, W, ...): at least one pixel, also for a
+    rectangle outside the image."""
+    x, y, bw, bh = (int(v) for v in rect)
+    h, w = shape[:2]
+    x0, y0 = min(max(x - margin, 0), w - 1), min(max(y - margin, 0), h - 1)
+    return slice(y0, min(max(y + bh + margin, y0 + 1), h)), slice(x0, min(max(x + bw + margin, x0 + 1), w))
 
 
 def _bisect(below: Callable[[float], bool], lo: float, hi: float, steps: int = 10) -> float:
