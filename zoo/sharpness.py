@@ -10,7 +10,7 @@ All images are uint8 RGB [H, W, 3]; masks float32 weights or bool, [H, W].
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import cv2
@@ -170,7 +170,7 @@ def support_box(mask: np.ndarray, margin: int) -> tuple[slice, slice]:
     return grown_box(rect, margin, np.asarray(mask).shape[:2])
 
 
-def grown_box(rect: tuple[int, int, int, int], margin: int, shape: tuple[int, ...]) -> tuple[slice, slice]:
+def grown_box(rect: Sequence[int], margin: int, shape: tuple[int, ...]) -> tuple[slice, slice]:
     """Row and column slices of the pixel rectangle ``rect`` (x, y, width, height, as ``cv2.boundingRect``) grown by
     ``margin`` px on every side and clipped to an image of ``shape`` (H, W, ...): at least one pixel, also for a
     rectangle outside the image."""
