@@ -417,8 +417,8 @@ def test_forehead_hair_compares_at_the_original_size():
 @pytest.mark.parametrize("reach", [None, 0.15])
 def test_a_region_plan_made_once_composites_every_face_as_a_fresh_one(astronaut, reach):
     """The privacy guard composites many faces at one place through one :func:`plan_region`: each comes out
-    bit-identical to compositing it alone (colour zones at a widened reach, grain and blur paths alike). A plan for
-    another crop size is refused."""
+    bit-identical to compositing it alone (colour zones at a widened reach, grain and blur paths alike), also when
+    drawn in place into the caller's canvas. A plan for another crop size is refused."""
     rgb, face = astronaut
     al = align_face(rgb, face.landmarks, 256)
     faces = [
@@ -432,6 +432,9 @@ def test_a_region_plan_made_once_composites_every_face_as_a_fresh_one(astronaut,
         fresh, info = compositing.composite_face(rgb, rgb, new, al.matrix, face.landmarks, reach=reach)
         planned, planned_info = compositing.composite_face(rgb, rgb, new, al.matrix, face.landmarks, reach=reach, plan=plan)
         assert np.array_equal(fresh, planned) and info == planned_info
+        canvas = rgb.copy()
+        drawn, drawn_info = compositing.composite_face(canvas, rgb, new, al.matrix, face.landmarks, reach=reach, plan=plan, in_place=True)
+        assert drawn is canvas and np.array_equal(canvas, fresh) and drawn_info == info  # in place: the same pixels
         whats.add(info.sharpness.split(" ")[0])
     assert {"blurred", "grain"} <= whats
     with pytest.raises(ValueError, match="256 px"):
@@ -455,7 +458,7 @@ def test_a_photo_composer_gives_what_compose_gives_and_redraws_only_what_changed
     calls = []
     real = compositing.composite_face
     monkeypatch.setattr(compositing, "composite_face", lambda *args, **kw: calls.append(1) or real(*args, **kw))
-    composer = PhotoComposer(rgb, faces, matrices)
+    composer, untouched = PhotoComposer(rgb, faces, matrices), rgb.copy()
     for outs, reaches, redrawn in [
         ([a, b], [None, None], 2),
         ([a, b], [None, None], 0),  # nothing changed
@@ -471,6 +474,7 @@ def test_a_photo_composer_gives_what_compose_gives_and_redraws_only_what_changed
         calls.clear()
         fresh_infos: list = []
         assert np.array_equal(got, compose(rgb, faces, matrices, outs, fresh_infos, reaches=reaches)) and infos == fresh_infos
+    assert np.array_equal(rgb, untouched)  # faces are drawn into copies, never into the photo
     with pytest.raises(ValueError, match="one output per face"):
         composer([a])
 

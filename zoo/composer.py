@@ -92,6 +92,7 @@ class PhotoComposer:
         return canvas
 
     def _composite(self, position: int, canvas: np.ndarray, crop: np.ndarray, reach: float | None) -> tuple[np.ndarray, compositing.CompositeInfo]:
+        """Face ``position`` composited into ``canvas`` (this call's own copy of the photo), in place where it can be."""
         face, matrix = self.faces[position], self.matrices[position]
         key = (position, reach, crop.shape[0])
         plan = self._plans.get(key)
@@ -103,11 +104,11 @@ class PhotoComposer:
         before = canvas[window]
         last = self._last.get(key)
         if last is not None and np.array_equal(last.crop, crop) and np.array_equal(last.before, before):
-            out = canvas.copy()
-            out[window] = last.after
-            return out, last.info
-        out, info = compositing.composite_face(canvas, self.rgb, crop, matrix, face.landmarks, self.blend_mode, reach=reach, plan=plan)
-        self._last[key] = _Composited(crop, before.copy(), out[window].copy(), info)
+            canvas[window] = last.after
+            return canvas, last.info
+        before = before.copy()
+        out, info = compositing.composite_face(canvas, self.rgb, crop, matrix, face.landmarks, self.blend_mode, reach=reach, plan=plan, in_place=True)
+        self._last[key] = _Composited(crop, before, out[window].copy(), info)
         return out, info
 
 

@@ -445,8 +445,10 @@ def composite_face(
     seed: int = 0,
     reach: float | None = None,
     plan: RegionPlan | None = None,
+    in_place: bool = False,
 ) -> tuple[np.ndarray, CompositeInfo]:
-    """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in.
+    """``canvas`` (uint8 [H, W, 3]) with the aligned output ``crop`` (uint8 [S, S, 3]) composited in: a copy, or
+    ``canvas`` itself written in place (``in_place``, a uint8 canvas the caller owns).
 
     ``original``: the unmodified photo (colour, sharpness and the mesh of the face come from it);
     ``matrix``: the face's alignment (photo -> crop); ``landmarks5``: its 5 landmarks in the photo; ``reach``:
@@ -472,7 +474,7 @@ def composite_face(
     coloured = plan.colour.apply(warped, warped_lab)
     shift = delta_e(weighted_stats(warped_lab, stats_mask)[0], mean_lab(coloured, stats_mask))
     textured, sharp = plan.sharpness.apply(coloured, seed=seed)
-    out = np.array(canvas, dtype=np.uint8, copy=True)
+    out = canvas if in_place and isinstance(canvas, np.ndarray) and canvas.dtype == np.uint8 else np.array(canvas, dtype=np.uint8, copy=True)
     out[window] = blend(out[window], textured, plan.mask, blend_mode)
     return out, CompositeInfo(plan.kind, shift, sharp, blend_mode, plan.small, plan.reach)
 
